@@ -1,0 +1,125 @@
+"""The ``bench`` command line: ``bench run``, ``bench list``."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import click
+
+import methods
+from benchmark import tasks
+from benchmark.config import PRESETS, ConfigError
+
+log = logging.getLogger("benchmark")
+
+
+def _parse_method_options(values: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """``--option michel.mode=iterative`` -> ``{"michel": {"mode": "iterative"}}``."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for item in values:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise click.BadParameter(f"{item!r}: expected METHOD.OPTION=VALUE, e.g. michel.mode=iterative",
+                                     param_hint="--option")
+        left, value = item.split("=", 1)
+        method, option = left.split(".", 1)
+        out[method][option] = value
+    return dict(out)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """headprune-bench: compare attention-head pruning methods on small GLUE tasks."""
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """Silence the per-model load reports and per-map progress bars of transformers/datasets; our own progress
+    bars (cells, fine-tuning steps) stay."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+@main.command("list")
+def list_cmd() -> None:
+    """List methods, tasks, task groups and presets."""
+    click.echo("methods:")
+    for name, cls in methods.available_methods().items():
+        tag = "  [reconstruction: no official code]" if cls.reconstruction else ""
+        click.echo(f"  {name:<14} {cls.summary}{tag}")
+        if cls.defaults:
+            click.echo(f"  {'':<14} options: " + ", ".join(f"{k}={v!r}" for k, v in cls.defaults.items()))
+    click.echo("tasks:")
+    for name, spec in tasks.TASKS.items():
+        click.echo(f"  {name:<14} metrics: {', '.join(spec.metrics)} (primary: {spec.primary_metric})")
+    click.echo("task groups:")
+    for name, members in tasks.TASK_GROUPS.items():
+        click.echo(f"  {name:<14} {', '.join(members)}")
+    click.echo("presets:")
+    for name, p in PRESETS.items():
+        click.echo(f"  {name:<14} {p.description}")
+
+
+@main.command("run")
+@click.option("--methods", "methods_spec", default="all", show_default=True,
+              help="'all' or a comma-separated list of method names (see `bench list`).")
+@click.option("--tasks", "tasks_spec", default="glue-small", show_default=True,
+              help="'glue-small' or a comma-separated list of GLUE tasks (mrpc, cola, rte, wnli).")
+@click.option("--seeds", default=None, help="N (seeds 0..N-1) or a list a,b,c. Default: the preset's.")
+@click.option("--model", default=None,
+              help="Hub name (bert-base-cased), local folder, or 'minilm-l6' (packaged). Default: the preset's.")
+@click.option("--budget", default=None,
+              help="heads:K | fraction:F | matched:METHOD. Default: the preset's.")
+@click.option("--preset", default="quick", show_default=True, type=click.Choice(list(PRESETS)))
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N")
+@click.option("--out", default="runs/latest", show_default=True, type=click.Path(file_okay=False),
+              help="Run folder: records.jsonl, summary, cached base models. Rerunning resumes it.")
+@click.option("--data-dir", default=None, type=click.Path(),
+              help="GLUE folder in the original TSV layout. Default: $GLUE_DIR, else the HF hub.")
+@click.option("--recover/--no-recover", default=False, show_default=True,
+              help="Also run the prune+recover condition and the fine-tuning control (protocol §4).")
+@click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",
+              help="A method option, e.g. --option michel.mode=iterative (repeatable).")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out, data_dir, recover, options,
+            progress) -> None:
+    """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
+    from benchmark.runner import Runner, make_run_config
+    from benchmark.summary import markdown, write_summary
+
+    try:
+        cfg = make_run_config(out=out, preset=preset, methods_spec=methods_spec, tasks_spec=tasks_spec, seeds=seeds,
+                              model=model, budget=budget, device=device, data_dir=data_dir, recover=recover,
+                              method_options=_parse_method_options(options), progress=progress)
+        runner = Runner(cfg)
+    except (ConfigError, tasks.DataError, methods.UnknownMethodError, methods.OptionError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    start = time.time()
+    click.echo(f"bench run -> {cfg.out} | model {cfg.model} | device {runner.device} | tasks {','.join(cfg.tasks)} "
+               f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label}")
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    header = (f"# bench run summary\n\nCommand: `bench {' '.join(sys.argv[1:])}`  \n"
+              f"Preset: {cfg.preset.name}; model: {cfg.model}; config hash: {runner.experiment.digest()}; "
+              f"git: {runner.provenance['git_commit']}")
+    table = write_summary(cfg.out, header=header)
+    click.echo(markdown(table))
+    click.echo(f"wall time this invocation: {time.time() - start:.0f} s; records: {cfg.out}/records.jsonl")
+    if runner.failures:
+        click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
+        for f in runner.failures:
+            click.echo(f"  {f['cell']}: {f['error']}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,181 @@
+"""Run configuration: presets, budgets, and the hashed experiment settings of a run folder.
+
+A run is configured by CLI options over a preset. The *experiment* part (model, fine-tuning recipe, data caps,
+split rule, device type) fixes what every cell means: it is written to ``DIR/run.json`` and hashed; a later
+``bench run`` into the same folder must agree with it. The *selection* part (methods, tasks, seeds, budget,
+conditions) only says which cells to compute: rerunning with more of them fills in what is missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmark.training import TrainConfig
+
+
+class ConfigError(ValueError):
+    """A bad option value or a run folder whose configuration differs from the one asked for."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many heads each method prunes (shared/reference/protocol.md §3).
+
+    kind: ``"heads"`` (value = K heads), ``"fraction"`` (value = F of all heads, rounded to the nearest
+    integer), ``"matched"`` (value = the budget-setting method; every other method prunes the number of heads
+    that method pruned on the same (task, seed)).
+    """
+
+    kind: str
+    value: Any
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+    def target(self, total_heads: int) -> int | None:
+        """The target count for ``heads``/``fraction``; ``None`` for ``matched`` (known only at run time).
+
+        Raises:
+            ConfigError: K or F out of range for this model.
+        """
+        if self.kind == "heads":
+            if not 0 <= self.value <= total_heads:
+                raise ConfigError(f"--budget {self.label}: the model has {total_heads} heads")
+            return int(self.value)
+        if self.kind == "fraction":
+            return int(round(self.value * total_heads))
+        return None
+
+
+def parse_budget(text: str) -> Budget:
+    """Parse ``heads:K``, ``fraction:F`` (0 <= F <= 1) or ``matched:METHOD``.
+
+    Raises:
+        ConfigError: naming the option and the expected forms.
+    """
+    m = re.fullmatch(r"(heads|fraction|matched):(.+)", text.strip())
+    if not m:
+        raise ConfigError(f"--budget {text!r}: expected heads:K, fraction:F or matched:METHOD")
+    kind, raw = m.groups()
+    if kind == "heads":
+        if not raw.isdigit():
+            raise ConfigError(f"--budget {text!r}: K must be a non-negative integer")
+        return Budget("heads", int(raw))
+    if kind == "fraction":
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"--budget {text!r}: F must be a number in [0, 1]") from None
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"--budget {text!r}: F must be in [0, 1]")
+        return Budget("fraction", value)
+    return Budget("matched", raw)
+
+
+@dataclass
+class Preset:
+    """A named bundle of defaults for ``bench run`` (every field can be overridden on the command line)."""
+
+    name: str
+    description: str
+    model: str
+    seeds: list[int]
+    budget: str
+    train: TrainConfig
+    recover: TrainConfig
+    max_length: int = 128
+    max_train_examples: int = 0  # 0 = the whole train split
+    max_dev_examples: int = 0  # 0 = the whole dev split
+    mini_dev_fraction: float = 0.25
+
+
+PRESETS: dict[str, Preset] = {
+    "paper": Preset(
+        name="paper",
+        description="bert-base-cased, full data, lr 2e-5, batch 32, len 128, 3 epochs, 10 seeds (for a GPU)",
+        model="bert-base-cased",
+        seeds=list(range(10)),
+        budget="fraction:0.3",
+        train=TrainConfig(lr=2e-5, batch_size=32, epochs=3.0),
+        recover=TrainConfig(lr=2e-5, batch_size=32, epochs=3.0, early_stopping=True, evals_per_epoch=2, patience=2),
+    ),
+    "quick": Preset(
+        name="quick",
+        description="packaged MiniLM-L6, 4 tasks, 3 seeds, train capped at 1000 examples (about an hour on 2 CPU cores)",
+        model="minilm-l6",
+        seeds=[0, 1, 2],
+        budget="fraction:0.3",
+        train=TrainConfig(lr=5e-5, batch_size=32, epochs=3.0),
+        recover=TrainConfig(lr=5e-5, batch_size=32, epochs=1.0, early_stopping=True, evals_per_epoch=2, patience=2),
+        max_length=128,
+        max_train_examples=1000,
+    ),
+    "smoke": Preset(
+        name="smoke",
+        description="packaged MiniLM-L6, at most 64 train / 64 dev examples per task, 1 seed (tests, < 3 minutes)",
+        model="minilm-l6",
+        seeds=[0],
+        budget="fraction:0.3",
+        train=TrainConfig(lr=5e-5, batch_size=16, epochs=1.0),
+        recover=TrainConfig(lr=5e-5, batch_size=16, epochs=1.0, early_stopping=True, evals_per_epoch=1, patience=1),
+        max_length=64,
+        max_train_examples=64,
+        max_dev_examples=64,
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    """Raises ConfigError for an unknown preset, listing the known ones."""
+    if name not in PRESETS:
+        raise ConfigError(f"--preset {name!r}: unknown preset; known: {', '.join(PRESETS)}")
+    return dataclasses.replace(PRESETS[name])
+
+
+@dataclass
+class Experiment:
+    """The settings that define what a cell's number means; hashed and stored in ``DIR/run.json``."""
+
+    model: str
+    model_revision: str
+    data_source: str
+    data_hashes: dict[str, str]
+    train: dict[str, Any]
+    recover: dict[str, Any]
+    max_length: int
+    max_train_examples: int
+    max_dev_examples: int
+    mini_dev_fraction: float
+    device_type: str
+    subsample_seed: int = 12345
+    schema: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        return config_hash(self.as_dict())
+
+
+def config_hash(obj: Any) -> str:
+    """A short stable hash (sha256 of canonical JSON, 12 hex digits)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def diff_dicts(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Human-readable differences between two nested dicts (``key: old -> new``)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += diff_dicts(a, b, prefix=f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return out

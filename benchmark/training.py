@@ -1,0 +1,209 @@
+"""Tokenisation, batching, seeded fine-tuning and evaluation (with an optional fixed head mask).
+
+Fine-tuning is a short loop of well-kept parts: ``torch.optim.AdamW`` (bias-corrected), transformers'
+``get_linear_schedule_with_warmup`` and ``DataCollatorWithPadding`` (dynamic padding), gradient clipping at 1.0
+(the HF Trainer default). Defaults follow BERT's GLUE recipe (Devlin et al. 2019; the AUBER paper's base
+fine-tune): lr 2e-5, batch 32, max length 128, 3 epochs. Everything random derives from the given seed, so on the
+CPU the same seed gives identical weights and metrics.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import datasets
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import DataCollatorWithPadding, get_linear_schedule_with_warmup
+
+from benchmark.tasks import TaskSpec, compute_metrics
+from methods.heads import apply_head_mask
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class TrainConfig:
+    """Fine-tuning hyper-parameters (one object, hashed into the run configuration)."""
+
+    lr: float = 2e-5
+    batch_size: int = 32
+    epochs: float = 3.0
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    early_stopping: bool = False
+    patience: int = 1  # evaluations without improvement before stopping
+    evals_per_epoch: int = 1
+
+
+@dataclass
+class Counter:
+    """Examples processed, for the cost columns of a record."""
+
+    forward: int = 0
+    backward: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"forward_examples": self.forward, "backward_examples": self.backward}
+
+
+def encode(dataset: datasets.Dataset, task: TaskSpec, tokenizer, max_length: int) -> datasets.Dataset:
+    """Tokenise a GLUE split (the hub schema) into ``input_ids``, ``attention_mask``, ``token_type_ids``,
+    ``labels``; truncation to ``max_length`` tokens, no padding (batches pad dynamically)."""
+
+    def tok(batch: dict[str, list]) -> dict[str, list]:
+        texts = [batch[f] for f in task.text_fields]
+        out = tokenizer(*texts, truncation=True, max_length=max_length)
+        out["labels"] = batch["label"]
+        return out
+
+    keep = [c for c in dataset.column_names]
+    encoded = dataset.map(tok, batched=True, remove_columns=keep, load_from_cache_file=False, keep_in_memory=True)
+    columns = [c for c in (*MODEL_INPUTS, "labels") if c in encoded.column_names]
+    return encoded.with_format("torch", columns=columns)
+
+
+def iterate(dataset: datasets.Dataset, tokenizer, batch_size: int, device: torch.device, shuffle: bool = False,
+            seed: int | None = None, counter: Counter | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Dynamically padded batches (``[B, T]`` inputs, ``[B]`` labels) on ``device``; a seeded shuffle."""
+    gen = None
+    if shuffle:
+        gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=gen,
+                        collate_fn=DataCollatorWithPadding(tokenizer, return_tensors="pt"))
+    for batch in loader:
+        if counter is not None:
+            counter.forward += int(batch["input_ids"].shape[0])
+        yield {k: v.to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def predict(model: nn.Module, dataset: datasets.Dataset, tokenizer, device: torch.device,
+            mask: torch.Tensor | None = None, batch_size: int = 64, counter: Counter | None = None) -> np.ndarray:
+    """Predicted class ids ``[N]`` (int64) in the dataset's order, eval mode, no gradients.
+
+    Examples are batched by length (sorted, then restored) so little padding is computed; ``mask`` is an
+    ``[L, H]`` head mask applied for the call.
+    """
+    model.eval()
+    lengths = np.asarray([len(x) for x in dataset.with_format(None)["input_ids"]])
+    order = np.argsort(lengths, kind="stable")
+    preds = np.empty(len(dataset), dtype=np.int64)
+    handle = apply_head_mask(model, mask.to(device)) if mask is not None else None
+    try:
+        collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            batch = collate([dataset[int(i)] for i in idx])
+            inputs = {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
+            logits = model(**inputs).logits
+            preds[idx] = logits.argmax(-1).cpu().numpy()
+            if counter is not None:
+                counter.forward += len(idx)
+    finally:
+        if handle is not None:
+            handle.remove()
+    return preds
+
+
+def evaluate(model: nn.Module, dataset: datasets.Dataset, task: TaskSpec, tokenizer, device: torch.device,
+             mask: torch.Tensor | None = None, counter: Counter | None = None) -> tuple[dict[str, float], np.ndarray]:
+    """All of the task's GLUE metrics on ``dataset`` and the per-example predictions ``[N]``."""
+    preds = predict(model, dataset, tokenizer, device, mask=mask, counter=counter)
+    labels = np.asarray(dataset.with_format(None)["labels"])
+    return compute_metrics(task, preds, labels), preds
+
+
+def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torch.device, cfg: TrainConfig,
+              seed: int, mask: torch.Tensor | None = None,
+              eval_fn: Callable[[nn.Module], float] | None = None, counter: Counter | None = None,
+              desc: str = "fine-tune", progress: bool = True) -> tuple[nn.Module, dict[str, Any]]:
+    """Fine-tune ``model`` in place on ``train`` with a fixed head mask; returns it (best state when early
+    stopping) and a log ``{"steps", "history", "best_score", "stopped_early"}``.
+
+    Args:
+        mask: ``[L, H]`` head mask held fixed during training (pruned heads get no signal through the output).
+        eval_fn: ``eval_fn(model) -> score`` (higher is better) used for early stopping; required when
+            ``cfg.early_stopping``.
+        cfg.epochs: may be fractional (e.g. 0.5 = half an epoch of steps).
+
+    Raises:
+        ValueError: early stopping without ``eval_fn``, or an empty training set.
+    """
+    if len(train) == 0:
+        raise ValueError("fine_tune: empty training set")
+    if cfg.early_stopping and eval_fn is None:
+        raise ValueError("fine_tune: early_stopping needs an eval_fn on a train-derived split")
+    torch.manual_seed(seed)  # dropout and any other torch randomness
+    model.to(device)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total_steps = max(1, int(round(cfg.epochs * steps_per_epoch)))
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in named if not n.endswith(no_decay)], "weight_decay": cfg.weight_decay},
+        {"params": [p for n, p in named if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+    eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
+    history: list[dict[str, float]] = []
+    best_score, best_state, bad_evals, stopped_early = -math.inf, None, 0, False
+    handle = apply_head_mask(model, mask.to(device)) if mask is not None else None
+    step = 0
+    bar = tqdm(total=total_steps, desc=desc, leave=False, disable=not progress)
+    try:
+        epoch = 0
+        while step < total_steps and not stopped_early:
+            model.train()
+            for batch in iterate(train, tokenizer, cfg.batch_size, device, shuffle=True, seed=seed * 1000 + epoch):
+                labels = batch.pop("labels")
+                logits = model(**batch).logits
+                loss = F.cross_entropy(logits.float(), labels)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                if counter is not None:
+                    counter.forward += len(labels)
+                    counter.backward += len(labels)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+                at_eval = cfg.early_stopping and (step % eval_every == 0 or step == total_steps)
+                if at_eval:
+                    score = float(eval_fn(model))
+                    model.train()
+                    history.append({"step": step, "score": score})
+                    if score > best_score:
+                        best_score, bad_evals = score, 0
+                        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    else:
+                        bad_evals += 1
+                        if bad_evals >= cfg.patience:
+                            stopped_early = True
+                if step >= total_steps or stopped_early:
+                    break
+            epoch += 1
+    finally:
+        bar.close()
+        if handle is not None:
+            handle.remove()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return model, {"steps": step, "history": history,
+                   "best_score": None if best_state is None else best_score, "stopped_early": stopped_early}
+
+
+def clone_model(model: nn.Module) -> nn.Module:
+    """A deep copy (the base model is shared by every cell of a (task, seed) and must stay untouched)."""
+    return copy.deepcopy(model)

@@ -1,0 +1,53 @@
+"""Reading attention maps out of a BERT-layout model (for confidence and redundancy scores).
+
+The SDPA kernel returns no attention weights, so :func:`eager_attention` switches the model to the eager
+implementation for the duration of a block (``PreTrainedModel.set_attn_implementation``) and restores it after.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def eager_attention(model: nn.Module) -> Iterator[nn.Module]:
+    """Run a block with ``attn_implementation="eager"`` (needed for ``output_attentions=True``); restores the
+    previous implementation on exit, also on error.
+
+    Raises:
+        ValueError: the model cannot switch its attention implementation.
+    """
+    previous = getattr(model.config, "_attn_implementation", None)
+    if previous == "eager":
+        yield model
+        return
+    if not hasattr(model, "set_attn_implementation"):
+        raise ValueError(f"{type(model).__name__} cannot switch to eager attention to expose attention weights")
+    model.set_attn_implementation("eager")
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous)
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Attention probabilities of every head for one batch, in eval mode.
+
+    Args:
+        model: a BERT-layout model (in eval mode; the caller sets it).
+        batch: ``input_ids``, ``attention_mask`` and optionally ``token_type_ids``, each ``[B, T]``.
+
+    Returns:
+        float tensor ``[L, B, H, T, T]``: ``A[l, b, h, q, k]`` = weight of key ``k`` for query ``q``. Rows of
+        padded queries are whatever the model computes (callers mask them); padded keys have weight 0.
+    """
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+    with eager_attention(model):
+        out = model(**inputs, output_attentions=True)
+    if not out.attentions:
+        raise ValueError(f"{type(model).__name__} returned no attention weights")
+    return torch.stack(out.attentions)

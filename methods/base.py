@@ -1,0 +1,260 @@
+"""The one interface every head-pruning method implements.
+
+A method is a :class:`HeadPruner` subclass in one file of this package (or in a third-party package that
+registers it through the entry-point group ``headprune_bench.methods``). The runner hands it a fine-tuned model
+and a :class:`PruningContext`; it returns a :class:`PruningResult` whose ``mask`` is a float tensor
+``[num_layers, num_heads]`` with 1 = keep and 0 = prune.
+
+What a method may see is exactly what the context carries: the task's name and primary metric, the seed, the
+target number of heads (or ``None``), the train-derived splits (``mini_train``, ``mini_dev``; never the GLUE dev
+split, see ``shared/reference/protocol.md`` §2) as batch iterators, and callables to evaluate and fine-tune a
+masked model. A method never imports ``benchmark``.
+
+Design borrowed from scikit-learn estimators: the constructor only stores hyper-parameters (``options``), they
+are plain JSON values with documented defaults, and all the work happens in :meth:`HeadPruner.prune`.
+"""
+from __future__ import annotations
+
+import abc
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterator, Mapping
+
+import torch
+from torch import nn
+
+Batch = dict[str, torch.Tensor]
+"""One batch on the run's device: ``input_ids``, ``attention_mask``, ``token_type_ids`` (all ``[B, T]`` long)
+and ``labels`` (``[B]`` long)."""
+
+SPLITS = ("mini_train", "mini_dev")
+
+
+class OptionError(ValueError):
+    """An unknown option name, or a value of the wrong type, given to a method."""
+
+
+@dataclass
+class PruningContext:
+    """Everything a method may use besides the model (built by the runner, or by a test).
+
+    Attributes:
+        task: GLUE task name (``"mrpc"``, ``"cola"``, ...). Methods must not branch on it except through
+            ``primary_metric``.
+        primary_metric: name of the metric that ``evaluate`` returns first and that rewards/early stopping use
+            (``"accuracy"``, or ``"matthews_correlation"`` for CoLA).
+        seed: the cell's seed; every random choice of the method derives from it.
+        num_layers, num_heads: the mask's shape ``[num_layers, num_heads]``.
+        target_heads: number of heads to prune (``None`` when the method decides itself, e.g. AUBER).
+        target_per_layer: optional per-layer counts (length ``num_layers``) for per-layer matched budgets.
+        batches: ``batches(split, batch_size=32, shuffle=False, seed=None) -> Iterator[Batch]`` over
+            ``"mini_train"`` or ``"mini_dev"``; dynamic padding; tensors already on ``device``.
+        num_examples: ``num_examples(split) -> int``.
+        evaluate: ``evaluate(model, mask=None, split="mini_dev") -> dict[str, float]`` of the task's metrics
+            (values are fractions; MCC in [-1, 1]); runs in eval mode without gradients; ``mask`` is a
+            ``[L, H]`` head mask applied for the duration of the call.
+        fine_tune: ``fine_tune(model, mask=None, split="mini_train", **overrides) -> nn.Module`` trains the
+            model in place with the mask held fixed, and returns it. ``overrides`` may set ``epochs``, ``lr``,
+            ``batch_size``, ``early_stopping`` (bool; on ``mini_dev``).
+        load_pretrained: ``load_pretrained() -> nn.Module``, the pre-trained (not fine-tuned) encoder with a
+            classification head, for zero-shot methods; ``None`` when the runner cannot provide it.
+        tokenizer_info: ``{"vocab_size", "cls_token_id", "sep_token_id", "pad_token_id", "special_ids"}``.
+        device: the run's torch device.
+        log: ``log(message: str)``; goes to the run's log.
+    """
+
+    task: str
+    primary_metric: str
+    seed: int
+    num_layers: int
+    num_heads: int
+    batches: Callable[..., Iterator[Batch]]
+    num_examples: Callable[[str], int]
+    evaluate: Callable[..., dict[str, float]]
+    fine_tune: Callable[..., nn.Module]
+    target_heads: int | None = None
+    target_per_layer: list[int] | None = None
+    load_pretrained: Callable[[], nn.Module] | None = None
+    tokenizer_info: dict[str, Any] = field(default_factory=dict)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    log: Callable[[str], None] = lambda message: None
+
+    @property
+    def total_heads(self) -> int:
+        return self.num_layers * self.num_heads
+
+    def generator(self, salt: int = 0) -> torch.Generator:
+        """A CPU ``torch.Generator`` seeded from ``seed`` (and ``salt``, to give independent streams)."""
+        g = torch.Generator()
+        g.manual_seed(int(self.seed) * 1_000_003 + int(salt))
+        return g
+
+
+@dataclass
+class PruningResult:
+    """What a method returns.
+
+    Attributes:
+        mask: float32 tensor ``[num_layers, num_heads]``, 1 = keep, 0 = prune (CPU or any device).
+        scores: optional per-head scores ``[num_layers, num_heads]`` (higher = more important), for reports.
+        retrained: True when the method changed the model's weights (AUBER, joint Voita/DSP); then ``model``
+            holds that model and the runner evaluates it with ``mask``.
+        model: the re-trained model, or None.
+        trace: JSON-serialisable details of the run (per-layer curves, lambda search, ...), stored in the record.
+    """
+
+    mask: torch.Tensor
+    scores: torch.Tensor | None = None
+    retrained: bool = False
+    model: nn.Module | None = None
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def heads_pruned(self) -> int:
+        return int((self.mask == 0).sum().item())
+
+
+class HeadPruner(abc.ABC):
+    """Base class of every pruning method.
+
+    Subclasses set the class attributes and implement :meth:`prune`:
+
+    * ``name`` -- the registry name (lower-case, dashes allowed), e.g. ``"michel"``.
+    * ``summary`` -- one line for ``bench list`` (paper, what it scores).
+    * ``defaults`` -- ``{option: default}``; every option is a JSON scalar (or list of scalars). The
+      constructor accepts exactly these names, checks types against the defaults, and stores them.
+    * ``exact_budget`` -- True when the method prunes exactly ``context.target_heads`` heads (the conformance
+      check then asserts it); False for methods that decide the count (AUBER) or reach it approximately.
+    * ``needs_target`` -- True when the method cannot run without ``context.target_heads``.
+    * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
+
+    Raises:
+        OptionError: on an unknown option or a value whose type does not match the default's.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, Any]] = {}
+    exact_budget: ClassVar[bool] = True
+    needs_target: ClassVar[bool] = True
+    reconstruction: ClassVar[bool] = False
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "(none)"
+            raise OptionError(f"unknown option(s) {unknown} for method '{self.name}'; known options: {known}")
+        merged = copy.deepcopy(dict(self.defaults))
+        for key, value in options.items():
+            merged[key] = _coerce(self.name, key, value, self.defaults[key])
+        self.options: dict[str, Any] = merged
+        json.dumps(self.options)  # options must be serialisable: they go into every record and the config hash
+
+    def get_options(self) -> dict[str, Any]:
+        """The method's options (defaults merged with what the constructor got), JSON-serialisable."""
+        return copy.deepcopy(self.options)
+
+    @abc.abstractmethod
+    def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Choose heads to prune.
+
+        Args:
+            model: the fine-tuned base model. A method that does not re-train must leave its weights untouched
+                (deep-copy before changing anything); the runner relies on it to reuse the base model.
+            context: see :class:`PruningContext`.
+
+        Returns:
+            A :class:`PruningResult` with a ``[num_layers, num_heads]`` mask.
+        """
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({opts})"
+
+
+def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
+    """Check/convert ``value`` to the type of ``default`` (ints are accepted for floats; strings from the CLI
+    are parsed)."""
+    if default is None or value is None:
+        return value
+    target = type(default)
+    if isinstance(value, str) and target is not str:
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"option '{key}' of method '{method}': cannot parse {value!r} as {target.__name__}") from exc
+    if target is bool:
+        if isinstance(value, bool):
+            return value
+    elif target is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif target is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, target):
+        return value
+    raise OptionError(
+        f"option '{key}' of method '{method}' expects {target.__name__} (default {default!r}), got {value!r}"
+    )
+
+
+def check_mask(mask: torch.Tensor, num_layers: int, num_heads: int, where: str = "mask") -> torch.Tensor:
+    """Validate a head mask and return it as a float32 CPU tensor ``[num_layers, num_heads]`` of 0/1.
+
+    Raises:
+        ValueError: wrong shape, or values other than 0 and 1.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"{where}: expected a torch.Tensor [{num_layers}, {num_heads}], got {type(mask).__name__}")
+    if tuple(mask.shape) != (num_layers, num_heads):
+        raise ValueError(f"{where}: expected shape [{num_layers}, {num_heads}], got {list(mask.shape)}")
+    mask = mask.detach().to("cpu", torch.float32)
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError(f"{where}: expected only 0 (prune) and 1 (keep) values")
+    return mask
+
+
+def lowest_k_mask(scores: torch.Tensor, k: int, min_heads_per_layer: int = 0,
+                  already_pruned: torch.Tensor | None = None) -> torch.Tensor:
+    """Mask that prunes the ``k`` heads with the lowest ``scores`` (global ranking across layers).
+
+    Ties are broken by the flat index (layer-major), so the result is deterministic.
+
+    Args:
+        scores: ``[L, H]`` importance (higher = keep).
+        k: number of heads to prune in total (including ``already_pruned``), ``0 <= k <= L*H``.
+        min_heads_per_layer: never prune a head that would leave a layer with fewer kept heads.
+        already_pruned: optional ``[L, H]`` 0/1 mask of heads already pruned (kept pruned).
+
+    Returns:
+        float32 ``[L, H]`` mask with 1 = keep.
+
+    Raises:
+        ValueError: ``k`` out of range or not reachable under ``min_heads_per_layer``.
+    """
+    num_layers, num_heads = scores.shape
+    total = num_layers * num_heads
+    if not 0 <= k <= total:
+        raise ValueError(f"cannot prune {k} heads: expected 0 <= k <= {total}")
+    if k > total - num_layers * min_heads_per_layer:
+        raise ValueError(
+            f"cannot prune {k} of {total} heads while keeping at least {min_heads_per_layer} head(s) per layer"
+        )
+    mask = torch.ones(num_layers, num_heads) if already_pruned is None else already_pruned.detach().cpu().float().clone()
+    flat = scores.detach().cpu().double().flatten()
+    # stable sort: equal scores keep flat-index order
+    order = torch.sort(flat, stable=True).indices.tolist()
+    pruned = int((mask == 0).sum())
+    for idx in order:
+        if pruned >= k:
+            break
+        layer, head = divmod(idx, num_heads)
+        if mask[layer, head] == 0:
+            continue
+        if mask[layer].sum() - 1 < min_heads_per_layer:
+            continue
+        mask[layer, head] = 0
+        pruned += 1
+    return mask

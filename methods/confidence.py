@@ -1,0 +1,102 @@
+"""Confidence pruning (Voita, Talbot, Moiseev, Sennrich, Titov, ACL 2019, §4.1 "Confident heads").
+
+Voita et al. define the confidence of a head as "the average of its maximum attention weight excluding the
+end of sentence symbol, where average is taken over tokens in a set of sentences used for evaluation":
+
+    conf_h = (1 / |Q|) * sum_{(x, q) in Q} max_{k in K(x)} A_h(x)[q, k]          (Q: non-padding queries)
+
+and the least confident heads are the least important. The paper's models are NMT Transformers; for BERT the
+analogue of the end-of-sentence symbol is [SEP]. Which keys to exclude from the max changes the ranking (BERT
+heads often park on [CLS]/[SEP], Clark et al. 2019), so it is the named option ``exclude_keys``:
+
+* ``"sep"`` (default; Voita's EOS rule mapped to BERT),
+* ``"none"`` (every non-padding key),
+* ``"cls_sep"`` (exclude both [CLS] and every [SEP]).
+
+No official code exists for the score (shared/reference/methods.md §3); the-story-of-heads only has notebooks.
+Computed in eval mode (no dropout), on the train-derived ``mini_dev`` split by default; never the GLUE dev set.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from methods.attention import attention_maps
+from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from methods.registry import register
+
+EXCLUDE_CHOICES = ("sep", "none", "cls_sep")
+
+
+def head_confidence(attn: torch.Tensor, attention_mask: torch.Tensor, key_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Sum over valid queries of each head's max attention weight over the allowed keys.
+
+    Args:
+        attn: ``[L, B, H, T, T]`` attention probabilities.
+        attention_mask: ``[B, T]`` 1 for real tokens (valid queries), 0 for padding.
+        key_mask: ``[B, T]`` 1 for keys allowed in the max.
+
+    Returns:
+        (``[L, H]`` sum of max weights over valid queries, number of valid queries).
+    """
+    allowed = key_mask.to(attn.dtype)[None, :, None, None, :]  # [1, B, 1, 1, T]
+    peak = (attn * allowed).amax(dim=-1)  # [L, B, H, T]   (weights are >= 0, so zeroing excludes a key)
+    queries = attention_mask.to(attn.dtype)[None, :, None, :]  # [1, B, 1, T]
+    return (peak * queries).sum(dim=(1, 3)), int(attention_mask.sum())
+
+
+@register
+class ConfidencePruner(HeadPruner):
+    """Prune the ``context.target_heads`` heads with the lowest confidence (Voita et al. 2019, §4.1).
+
+    Options:
+        exclude_keys (str, default "sep"): keys left out of the max: "sep", "none" or "cls_sep".
+        split (str, default "mini_dev"): train-derived split to average over ("mini_dev" or "mini_train").
+        max_examples (int, default 0): use at most this many examples of the split (0 = all).
+        batch_size (int, default 32).
+        min_heads_per_layer (int, default 0): never leave a layer with fewer heads.
+
+    Returns a result whose ``scores`` are the ``[L, H]`` confidences (in [0, 1]).
+
+    Raises:
+        ValueError: unknown ``exclude_keys``/``split``, or no target.
+    """
+
+    name = "confidence"
+    summary = "Voita et al. 2019 §4.1: prune heads with the lowest mean max-attention weight"
+    defaults = {"exclude_keys": "sep", "split": "mini_dev", "max_examples": 0, "batch_size": 32,
+                "min_heads_per_layer": 0}
+
+    def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        opts = self.options
+        if opts["exclude_keys"] not in EXCLUDE_CHOICES:
+            raise ValueError(f"confidence: option exclude_keys must be one of {EXCLUDE_CHOICES}, got {opts['exclude_keys']!r}")
+        if context.target_heads is None:
+            raise ValueError("method 'confidence' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
+        sep_id = context.tokenizer_info.get("sep_token_id")
+        cls_id = context.tokenizer_info.get("cls_token_id")
+        if opts["exclude_keys"] != "none" and sep_id is None:
+            raise ValueError("confidence: exclude_keys needs tokenizer_info['sep_token_id'] in the context")
+        model.eval()
+        total = torch.zeros(context.num_layers, context.num_heads, dtype=torch.float64)
+        n_queries = seen = 0
+        for batch in context.batches(opts["split"], batch_size=opts["batch_size"]):
+            if opts["max_examples"] and seen >= opts["max_examples"]:
+                break
+            if opts["max_examples"]:
+                batch = {k: v[: opts["max_examples"] - seen] for k, v in batch.items()}
+            seen += batch["input_ids"].shape[0]
+            attn = attention_maps(model, batch).double()
+            keys = batch["attention_mask"].bool().clone()
+            if opts["exclude_keys"] in ("sep", "cls_sep"):
+                keys &= batch["input_ids"] != sep_id
+            if opts["exclude_keys"] == "cls_sep":
+                keys &= batch["input_ids"] != cls_id
+            summed, count = head_confidence(attn, batch["attention_mask"], keys)
+            total += summed.cpu()
+            n_queries += count
+        if n_queries == 0:
+            raise ValueError(f"confidence: split '{opts['split']}' gave no tokens")
+        scores = (total / n_queries).float()
+        mask = lowest_k_mask(scores, int(context.target_heads), opts["min_heads_per_layer"])
+        return PruningResult(mask=mask, scores=scores, trace={"queries": n_queries, "examples": seen})

@@ -1,0 +1,195 @@
+"""A reusable conformance check for :class:`~methods.base.HeadPruner` implementations.
+
+Call :func:`check_pruner` from your own test when you add a method::
+
+    from methods.conformance import check_pruner
+
+    def test_my_method_conforms():
+        check_pruner(MyPruner)                # or check_pruner("my-method", some_option=3)
+
+It builds a tiny random BERT classifier and a synthetic, self-contained :class:`PruningContext` (no GLUE files,
+no network), runs the method twice with the same seed and checks the contract:
+
+* the method is registered under its name and its options are JSON-serialisable and round-trip through the
+  constructor;
+* the mask is ``[L, H]``, only 0/1, and prunes exactly the target when ``exact_budget`` is True;
+* ``scores``, when given, are finite and ``[L, H]``;
+* the base model is untouched unless the method says it re-trained (then a model is returned);
+* the trace is JSON-serialisable;
+* the same seed gives the same mask; and the method never reads a split other than mini_train / mini_dev.
+
+Raises ``AssertionError`` with a message naming the broken rule.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult
+from methods.heads import apply_head_mask
+from methods.registry import available_methods, get_method_class
+
+TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+            max_position_embeddings=40)
+CLS, SEP, PAD = 1, 2, 0
+
+
+def tiny_model(seed: int = 0, **overrides: Any) -> nn.Module:
+    """A tiny random ``BertForSequenceClassification`` (3 layers x 4 heads, hidden 32) in eval mode."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(**{**TINY, **overrides}, num_labels=2)
+    return BertForSequenceClassification(config).eval()
+
+
+def synthetic_split(n: int, seed: int, vocab_size: int = 64, max_len: int = 16) -> list[dict[str, torch.Tensor]]:
+    """``n`` examples of random token ids wrapped in [CLS] ... [SEP] with varying length; label = whether
+    token 5 occurs (learnable by attention). Each example: ``input_ids`` ``[T]`` and ``labels`` ``[]``."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(4, max_len - 1, (1,), generator=g))
+        body = torch.randint(3, vocab_size, (length,), generator=g)
+        ids = torch.cat([torch.tensor([CLS]), body, torch.tensor([SEP])])
+        out.append({"input_ids": ids, "labels": torch.tensor(int((body == 5).any()))})
+    return out
+
+
+def collate(examples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Dynamic padding to the longest example: ``[B, T]`` ids/mask/type ids and ``[B]`` labels."""
+    width = max(int(e["input_ids"].shape[0]) for e in examples)
+    ids = torch.full((len(examples), width), PAD, dtype=torch.long)
+    att = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, e in enumerate(examples):
+        n = e["input_ids"].shape[0]
+        ids[i, :n] = e["input_ids"]
+        att[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": att, "token_type_ids": torch.zeros_like(ids),
+            "labels": torch.stack([e["labels"] for e in examples])}
+
+
+def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None = 3,
+                      n_train: int = 48, n_dev: int = 24) -> PruningContext:
+    """A :class:`PruningContext` over synthetic splits, with simple evaluate / fine_tune callables.
+
+    The context records every split name asked for in ``context.tokenizer_info["_splits_read"]`` (a list), so a
+    check can assert that only train-derived splits were read.
+    """
+    from methods.heads import get_layout
+
+    layout = get_layout(model)
+    data = {"mini_train": synthetic_split(n_train, seed=1000 + seed), "mini_dev": synthetic_split(n_dev, seed=2000 + seed)}
+    read: list[str] = []
+
+    def batches(split: str, batch_size: int = 32, shuffle: bool = False, seed: int | None = None) -> Iterator[dict]:
+        if split not in SPLITS:
+            raise AssertionError(f"a method asked for split {split!r}; only {SPLITS} exist (never the GLUE dev set)")
+        read.append(split)
+        rows = data[split]
+        order = list(range(len(rows)))
+        if shuffle:
+            order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed or 0)).tolist()
+        for start in range(0, len(rows), batch_size):
+            yield collate([rows[i] for i in order[start:start + batch_size]])
+
+    @torch.no_grad()
+    def evaluate(m: nn.Module, mask: torch.Tensor | None = None, split: str = "mini_dev") -> dict[str, float]:
+        m.eval()
+        correct = total = 0
+        for batch in batches(split):
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            if mask is None:
+                logits = m(**inputs).logits
+            else:
+                with apply_head_mask(m, mask):
+                    logits = m(**inputs).logits
+            correct += int((logits.argmax(-1) == batch["labels"]).sum())
+            total += batch["labels"].numel()
+        return {"accuracy": correct / total}
+
+    def fine_tune(m: nn.Module, mask: torch.Tensor | None = None, split: str = "mini_train", epochs: int = 1,
+                  lr: float = 1e-3, batch_size: int = 16, early_stopping: bool = False) -> nn.Module:
+        torch.manual_seed(seed)
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=lr)
+        m.train()
+        for epoch in range(epochs):
+            for batch in batches(split, batch_size=batch_size, shuffle=True, seed=seed + epoch):
+                inputs = {k: v for k, v in batch.items() if k != "labels"}
+                if mask is None:
+                    logits = m(**inputs).logits
+                else:
+                    with apply_head_mask(m, mask):
+                        logits = m(**inputs).logits
+                loss = F.cross_entropy(logits, batch["labels"])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        m.eval()
+        return m
+
+    return PruningContext(
+        task="synthetic", primary_metric="accuracy", seed=seed, num_layers=layout.num_layers,
+        num_heads=layout.num_heads, batches=batches, num_examples=lambda split: len(data[split]),
+        evaluate=evaluate, fine_tune=fine_tune, target_heads=target_heads,
+        load_pretrained=lambda: tiny_model(seed=123),
+        tokenizer_info={"vocab_size": TINY["vocab_size"], "cls_token_id": CLS, "sep_token_id": SEP,
+                        "pad_token_id": PAD, "special_ids": [PAD, CLS, SEP], "_splits_read": read},
+    )
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: int = 0, **options: Any) -> PruningResult:
+    """Run the conformance checks on a method (class or registered name) with ``options``.
+
+    Returns the first run's :class:`PruningResult` (for further checks by the caller).
+
+    Raises:
+        AssertionError: naming the rule that the method breaks.
+    """
+    cls = get_method_class(method) if isinstance(method, str) else method
+    assert isinstance(cls, type) and issubclass(cls, HeadPruner), f"{cls!r} is not a HeadPruner subclass"
+    assert cls.name, f"{cls.__qualname__} has no name"
+    assert available_methods().get(cls.name) is cls, (
+        f"method '{cls.name}' is not registered (decorate it with @methods.register, or add an entry point)")
+    assert cls.summary, f"method '{cls.name}' has no one-line summary"
+    pruner = cls(**options)
+    opts = pruner.get_options()
+    json.dumps(opts)
+    assert cls(**opts).get_options() == opts, "options do not round-trip through the constructor"
+
+    results = []
+    for _ in range(2):
+        model = tiny_model(seed=seed)
+        before = _state(model)
+        context = synthetic_context(model, seed=seed, target_heads=target_heads)
+        result = cls(**options).prune(model, context)
+        assert isinstance(result, PruningResult), f"prune() returned {type(result).__name__}, not PruningResult"
+        shape = (context.num_layers, context.num_heads)
+        assert tuple(result.mask.shape) == shape, f"mask shape {list(result.mask.shape)}, expected {list(shape)}"
+        assert bool(((result.mask == 0) | (result.mask == 1)).all()), "mask has values other than 0 and 1"
+        if cls.exact_budget:
+            assert result.heads_pruned == target_heads, (
+                f"method '{cls.name}' declares exact_budget but pruned {result.heads_pruned} heads, not {target_heads}")
+        if result.scores is not None:
+            assert tuple(result.scores.shape) == shape, f"scores shape {list(result.scores.shape)}"
+            assert bool(torch.isfinite(result.scores).all()), "scores are not all finite"
+        if result.retrained:
+            assert result.model is not None, "retrained=True but no model returned"
+        else:
+            after = _state(model)
+            changed = [k for k in before if not torch.equal(before[k], after[k])]
+            assert not changed, f"method '{cls.name}' changed the base model's weights without retrained=True: {changed[:3]}"
+        json.dumps(result.trace)
+        assert set(context.tokenizer_info["_splits_read"]) <= set(SPLITS)
+        results.append(result)
+    assert torch.equal(results[0].mask, results[1].mask), f"method '{cls.name}' is not deterministic under a seed"
+    return results[0]

@@ -1,0 +1,168 @@
+"""Gradient head importance (Michel, Levy, Neubig, "Are Sixteen Heads Really Better than One?", NeurIPS 2019).
+
+Each head's output is multiplied by a gate xi_h = 1 (paper §2, Eq. 1 with the mask variables); the importance
+of head h is the expected sensitivity of the loss to that gate (paper §4.1, Eq. 2):
+
+    I_h = E_{x ~ X} | d L(x) / d xi_h |
+
+then (optionally, recommended for BERT) normalised by the L2 norm within each layer (paper §4.1, following
+Molchanov et al. 2017). Heads are pruned in order of increasing importance, globally across layers (§4.2).
+
+Estimators (shared/reference/methods.md §4.1, §4.6), the named option ``estimator``:
+
+* ``"example"`` (default, the paper's Eq. 2): ``|d L(x) / d xi_h|`` per example, averaged over examples. One
+  backward pass per batch gives every example's gradient, because the gates are per-example variables
+  ``[B, L, H]`` and the batch loss is the sum of per-example losses.
+* ``"token"`` (the official code, ``classifier_eval.py::calculate_head_importance``): ``|.|`` per token
+  position (gates ``[B, T, L, H]``), summed, divided by the number of non-padding tokens for every layer but
+  the last and by the number of examples for the last layer (only [CLS] gets a gradient there; issue #11).
+
+Modes, the option ``mode``:
+
+* ``"one-shot"`` (default): importance once on the unpruned model, prune the K lowest.
+* ``"iterative"``: prune ``step_fraction`` (10%) of all heads at a time, recomputing importance on the masked
+  model before each step (official ``--exact_pruning``), until K heads are pruned.
+
+Importance uses a train-derived split (the official code uses the training set) in eval mode (no dropout),
+with the labels' cross-entropy as L. Never the GLUE dev set (HF's run_bertology.py leaks here; we do not).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from methods.heads import apply_head_mask
+from methods.registry import register
+
+ESTIMATORS = ("example", "token")
+MODES = ("one-shot", "iterative")
+
+
+def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, *, estimator: str = "example",
+                    base_mask: torch.Tensor | None = None, max_examples: int = 0) -> tuple[torch.Tensor, int]:
+    """Michel et al.'s importance ``E_x |dL(x)/dxi_h|`` for every head.
+
+    Args:
+        model: BERT-layout classifier; put in eval mode by the caller. Its weights get no gradient.
+        batches: iterable of batches (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``).
+        num_layers, num_heads: L and H.
+        estimator: "example" or "token" (see module docstring).
+        base_mask: optional ``[L, H]`` 0/1 mask of heads already pruned (iterative mode); gates are multiplied
+            by it, so pruned heads contribute nothing (their own gate gradient is still defined).
+        max_examples: stop after this many examples (0 = all).
+
+    Returns:
+        (``[L, H]`` float64 importance, not normalised; number of examples used).
+
+    Raises:
+        ValueError: unknown estimator, or no examples.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"michel: estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    last_layer = torch.zeros(num_heads, dtype=torch.float64)
+    n_examples = n_tokens = 0
+    try:
+        for batch in batches:
+            if max_examples and n_examples >= max_examples:
+                break
+            if max_examples:
+                batch = {k: v[: max_examples - n_examples] for k, v in batch.items()}
+            bsz, seq = batch["input_ids"].shape
+            device = batch["input_ids"].device
+            shape = (bsz, num_layers, num_heads) if estimator == "example" else (bsz, seq, num_layers, num_heads)
+            gates = torch.ones(shape, device=device, requires_grad=True)
+            effective = gates if base_mask is None else gates * base_mask.to(device)
+            inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+            with apply_head_mask(model, effective):
+                logits = model(**inputs).logits
+            loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")  # sum of per-example L(x)
+            (grad,) = torch.autograd.grad(loss, gates)
+            grad = grad.abs().double().cpu()
+            if estimator == "example":
+                total += grad.sum(dim=0)
+            else:
+                total += grad.sum(dim=(0, 1))
+                n_tokens += int(batch["attention_mask"].sum())
+            n_examples += bsz
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    if n_examples == 0:
+        raise ValueError("michel: the importance split gave no examples")
+    if estimator == "example":
+        return total / n_examples, n_examples
+    importance = total / n_tokens
+    importance[-1] = total[-1] / n_examples  # official normalisation of the last layer (issue #11)
+    return importance, n_examples
+
+
+def normalize_by_layer(importance: torch.Tensor) -> torch.Tensor:
+    """Divide each layer's row by its L2 norm (Michel et al. §4.1; official ``+1e-20`` guard). ``[L, H]``."""
+    return importance / (importance.pow(2).sum(dim=-1, keepdim=True).sqrt() + 1e-20)
+
+
+@register
+class MichelPruner(HeadPruner):
+    """Prune the heads of lowest gradient importance (Michel et al. 2019, Eq. 2, §4.2).
+
+    Options:
+        estimator (str, default "example"): "example" (paper Eq. 2) or "token" (official code).
+        normalize_by_layer (bool, default True): per-layer L2 normalisation of the scores (§4.1).
+        mode (str, default "one-shot"): "one-shot" or "iterative" (recompute after each step).
+        step_fraction (float, default 0.1): fraction of all heads pruned per iterative step.
+        split (str, default "mini_train"): train-derived split for the gradients.
+        max_examples (int, default 0): at most this many examples per importance pass (0 = all).
+        batch_size (int, default 32).
+        min_heads_per_layer (int, default 0): the official ``--at_least_x_heads_per_layer``.
+
+    Returns ``scores`` = the (normalised) importance of the last pass ``[L, H]``; the trace lists the steps.
+
+    Raises:
+        ValueError: bad option values or no target.
+    """
+
+    name = "michel"
+    summary = "Michel et al. 2019: prune heads with the lowest E|dL/d gate| (one-shot or iterative)"
+    defaults = {"estimator": "example", "normalize_by_layer": True, "mode": "one-shot", "step_fraction": 0.1,
+                "split": "mini_train", "max_examples": 0, "batch_size": 32, "min_heads_per_layer": 0}
+
+    def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        opts = self.options
+        if opts["mode"] not in MODES:
+            raise ValueError(f"michel: option mode must be one of {MODES}, got {opts['mode']!r}")
+        if not 0 < opts["step_fraction"] <= 1:
+            raise ValueError(f"michel: option step_fraction must be in (0, 1], got {opts['step_fraction']}")
+        if context.target_heads is None:
+            raise ValueError("method 'michel' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
+        target = int(context.target_heads)
+        model.eval()
+
+        def scores_for(mask: torch.Tensor | None) -> torch.Tensor:
+            batches = context.batches(opts["split"], batch_size=opts["batch_size"])
+            imp, _ = head_importance(model, batches, context.num_layers, context.num_heads,
+                                     estimator=opts["estimator"], base_mask=mask, max_examples=opts["max_examples"])
+            return normalize_by_layer(imp) if opts["normalize_by_layer"] else imp
+
+        mask = torch.ones(context.num_layers, context.num_heads)
+        if opts["mode"] == "one-shot" or target == 0:
+            scores = scores_for(None)
+            mask = lowest_k_mask(scores, target, opts["min_heads_per_layer"])
+            return PruningResult(mask=mask, scores=scores.float(), trace={"steps": [target]})
+        step = max(1, math.ceil(opts["step_fraction"] * context.total_heads))
+        steps = []
+        scores = None
+        while int((mask == 0).sum()) < target:
+            scores = scores_for(mask)
+            goal = min(target, int((mask == 0).sum()) + step)
+            mask = lowest_k_mask(scores, goal, opts["min_heads_per_layer"], already_pruned=mask)
+            steps.append(goal)
+            context.log(f"michel: iterative step -> {goal} heads pruned")
+        return PruningResult(mask=mask, scores=scores.float(), trace={"steps": steps})
