@@ -33,18 +33,6 @@ def _parse_method_options(values: tuple[str, ...]) -> dict[str, dict[str, str]]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """headprune-bench: compare attention-head pruning methods on small GLUE tasks."""
-    quiet_libraries()
-
-
-def quiet_libraries() -> None:
-    """Silence the per-model load reports and per-map progress bars of transformers/datasets; our own progress
-    bars (cells, fine-tuning steps) stay."""
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
 
 
 @main.command("list")

@@ -106,14 +106,14 @@ PRESETS: dict[str, Preset] = {
     ),
     "quick": Preset(
         name="quick",
-        description="packaged MiniLM-L6, 4 tasks, 3 seeds, train capped at 1000 examples (about an hour on 2 CPU cores)",
+        description="packaged MiniLM-L6, 4 tasks, 3 seeds, train capped at 2000 examples (under an hour on 2 CPU cores)",
         model="minilm-l6",
         seeds=[0, 1, 2],
         budget="fraction:0.3",
         train=TrainConfig(lr=5e-5, batch_size=32, epochs=3.0),
         recover=TrainConfig(lr=5e-5, batch_size=32, epochs=1.0, early_stopping=True, evals_per_epoch=2, patience=2),
         max_length=128,
-        max_train_examples=1000,
+        max_train_examples=2000,
     ),
     "smoke": Preset(
         name="smoke",

@@ -104,6 +104,16 @@ def data_hashes(task_list: list[tasks.TaskSpec], data_dir: Path | None) -> dict[
     return out
 
 
+def quiet_libraries() -> None:
+    """Silence transformers' per-load reports and the per-map progress bars of datasets (our own progress bars
+    over cells and fine-tuning steps stay)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -123,10 +133,10 @@ class TaskData:
     majority: dict[str, Any]
 
 
-def prepare_task(spec: tasks.TaskSpec, data_dir: Path | None, tokenizer, preset: Preset, subsample_seed: int) -> TaskData:
-    """Load, cap and tokenise a task's splits. The train cap is a fixed seeded subsample (the same for every
-    seed of the run); the dev cap takes the first examples."""
-    raw = tasks.load_task(spec, data_dir)
+def prepare_task(spec: tasks.TaskSpec, raw: datasets.DatasetDict, tokenizer, preset: Preset,
+                 subsample_seed: int) -> TaskData:
+    """Cap and tokenise a task's splits (``raw`` from :func:`benchmark.tasks.load_task`). The train cap is a
+    fixed seeded subsample (the same for every seed of the run); the dev cap takes the first examples."""
     train, dev = raw["train"], raw["validation"]
     if preset.max_train_examples and len(train) > preset.max_train_examples:
         train = train.shuffle(seed=subsample_seed).select(range(preset.max_train_examples))
@@ -164,17 +174,24 @@ class Runner:
         self.device = models.resolve_device(config.device)
         self.task_specs = [tasks.get_task(t) for t in config.tasks]
         self.data_dir = tasks.resolve_data_dir(config.data_dir)
+        # Read every task's files now: a missing or malformed file fails the run before any training.
+        self.raw = {spec.name: tasks.load_task(spec, self.data_dir) for spec in self.task_specs}
         self.method_names = list(dict.fromkeys(config.methods))
         for name in self.method_names:  # fail fast on unknown names / options
             methods.create(name, **config.method_options.get(name, {}))
         if config.budget.kind == "matched":
             setter = config.budget.value
-            methods.get_method_class(setter)
+            if methods.get_method_class(setter).needs_target:
+                raise ConfigError(
+                    f"--budget matched:{setter}: {setter} itself needs a head count; the budget setter must be a "
+                    f"method that decides how many heads to prune (e.g. auber)"
+                )
             if setter not in self.method_names:
                 raise ConfigError(f"--budget matched:{setter}: add {setter} to --methods (it sets the budget)")
             self.method_names.remove(setter)
             self.method_names.insert(0, setter)
         models.check_architecture(config.model)
+        quiet_libraries()
         self._setup_logging()
         self.experiment = Experiment(
             model=config.model,
@@ -270,7 +287,7 @@ class Runner:
                 if tokenizer is None:
                     tokenizer = models.load_tokenizer(self.cfg.model)
                     self.tokenizer = tokenizer
-                data = prepare_task(spec, self.data_dir, tokenizer, self.cfg.preset, self.experiment.subsample_seed)
+                data = prepare_task(spec, self.raw[spec.name], tokenizer, self.cfg.preset, self.experiment.subsample_seed)
                 for seed in seeds_todo:
                     cells = [c for c in planned if c[0] == spec.name and c[1] == seed]
                     self._run_seed(data, seed, cells, todo, bar)

@@ -16,7 +16,7 @@ no network), runs the method twice with the same seed and checks the contract:
 * ``scores``, when given, are finite and ``[L, H]``;
 * the base model is untouched unless the method says it re-trained (then a model is returned);
 * the trace is JSON-serialisable;
-* the same seed gives the same mask; and the method never reads a split other than mini_train / mini_dev.
+* the same context seed gives the same mask even when the global RNG differs between the runs; and the method never reads a split other than mini_train / mini_dev.
 
 Raises ``AssertionError`` with a message naming the broken rule.
 """
@@ -167,10 +167,13 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
     assert cls(**opts).get_options() == opts, "options do not round-trip through the constructor"
 
     results = []
-    for _ in range(2):
+    for run in range(2):
         model = tiny_model(seed=seed)
         before = _state(model)
         context = synthetic_context(model, seed=seed, target_heads=target_heads)
+        # Scramble the global RNGs: a method must derive its randomness from context.seed, not from whatever
+        # state the caller left behind.
+        torch.manual_seed(9_000 + run)
         result = cls(**options).prune(model, context)
         assert isinstance(result, PruningResult), f"prune() returned {type(result).__name__}, not PruningResult"
         shape = (context.num_layers, context.num_heads)

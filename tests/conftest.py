@@ -1,0 +1,16 @@
+"""Shared fixtures: where the real GLUE files are ($GLUE_DIR, else ../shared/data/glue beside the checkout)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+GLUE_ROOT = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "glue")
+
+
+@pytest.fixture(scope="session")
+def glue_dir() -> Path:
+    if not GLUE_ROOT.is_dir():
+        pytest.skip(f"GLUE data folder {GLUE_ROOT} not found (set GLUE_DIR to the shared GLUE files)")
+    return GLUE_ROOT

@@ -1,0 +1,296 @@
+"""The HeadPruner interface, the registry, and the random / confidence / michel methods."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import methods
+from methods import HeadPruner, OptionError, PruningResult, lowest_k_mask, register
+from methods.confidence import head_confidence
+from methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
+from methods.heads import apply_head_mask
+from methods.michel import head_importance, normalize_by_layer
+
+
+# --------------------------------------------------------------------------- interface and registry
+
+
+@pytest.mark.parametrize("name", ["random", "confidence", "michel"])
+def test_builtin_methods_conform(name):
+    check_pruner(name, target_heads=5)
+
+
+def test_michel_variants_conform():
+    check_pruner("michel", target_heads=7, mode="iterative", estimator="token", normalize_by_layer=False)
+
+
+def test_confidence_variants_conform():
+    for exclude in ("none", "cls_sep"):
+        check_pruner("confidence", target_heads=4, exclude_keys=exclude)
+
+
+def test_unknown_method_suggests_close_name():
+    with pytest.raises(methods.UnknownMethodError, match=r"did you mean 'michel'"):
+        methods.create("michell")
+
+
+def test_unknown_and_mistyped_options():
+    with pytest.raises(OptionError, match=r"unknown option.*'mdoe'.*known options: .*mode"):
+        methods.create("michel", mdoe="iterative")
+    with pytest.raises(OptionError, match=r"'normalize_by_layer'.*cannot parse 'yes' as bool"):
+        methods.create("michel", normalize_by_layer="yes")
+    with pytest.raises(OptionError, match=r"'normalize_by_layer'.*expects bool"):
+        methods.create("michel", normalize_by_layer=3)
+    # CLI strings are parsed as JSON for non-string options
+    assert methods.create("random", min_heads_per_layer="1").options["min_heads_per_layer"] == 1
+
+
+def test_register_rejects_duplicates_and_non_pruners():
+    class Fake(HeadPruner):
+        name = "random"
+        summary = "clash"
+
+        def prune(self, model, context):  # pragma: no cover
+            raise NotImplementedError
+
+    methods.available_methods()
+    with pytest.raises(ValueError, match="already registered"):
+        register(Fake)
+    with pytest.raises(TypeError):
+        register(int)
+
+
+def test_a_new_method_in_one_class_passes_conformance():
+    """What README's 'Adding a method' shows: a class, @register, and check_pruner in a test."""
+
+    @register
+    class LastHeads(HeadPruner):
+        name = "test-last-heads"
+        summary = "prunes the last heads in flat order (test only)"
+        defaults = {}
+
+        def prune(self, model, context):
+            mask = torch.ones(context.num_layers, context.num_heads)
+            mask.view(-1)[context.total_heads - context.target_heads:] = 0
+            return PruningResult(mask=mask)
+
+    check_pruner("test-last-heads", target_heads=6)
+
+
+def test_conformance_catches_a_method_that_edits_the_model():
+    @register
+    class Vandal(HeadPruner):
+        name = "test-vandal"
+        summary = "zeroes a weight without saying it re-trained (test only)"
+
+        def prune(self, model, context):
+            with torch.no_grad():
+                next(model.parameters()).zero_()
+            mask = torch.ones(context.num_layers, context.num_heads)
+            mask[0, : context.target_heads] = 0
+            return PruningResult(mask=mask)
+
+    with pytest.raises(AssertionError, match="changed the base model"):
+        check_pruner("test-vandal", target_heads=2)
+
+
+def test_conformance_catches_nondeterminism():
+    @register
+    class Dice(HeadPruner):
+        name = "test-dice"
+        summary = "uses the global RNG (test only)"
+
+        def prune(self, model, context):
+            mask = torch.ones(context.total_heads)
+            mask[torch.randperm(context.total_heads)[: context.target_heads]] = 0
+            return PruningResult(mask=mask.view(context.num_layers, context.num_heads))
+
+    with pytest.raises(AssertionError, match="not deterministic"):
+        check_pruner("test-dice", target_heads=4)
+
+
+# --------------------------------------------------------------------------- lowest_k_mask
+
+
+def test_lowest_k_mask_global_order_ties_and_floor():
+    scores = torch.tensor([[0.1, 0.5, 0.1], [0.3, 0.0, 0.9]])
+    m = lowest_k_mask(scores, 3)
+    assert m.tolist() == [[0, 1, 0], [1, 0, 1]]  # 0.0, then the tied 0.1s in flat order
+    m = lowest_k_mask(scores, 2)
+    assert m.tolist() == [[0, 1, 1], [1, 0, 1]]  # tie broken by the flat index
+    m = lowest_k_mask(scores, 4, min_heads_per_layer=1)
+    assert m.sum(dim=1).min() >= 1 and int((m == 0).sum()) == 4
+    with pytest.raises(ValueError, match="at least 1 head"):
+        lowest_k_mask(scores, 5, min_heads_per_layer=1)
+    with pytest.raises(ValueError, match="0 <= k <= 6"):
+        lowest_k_mask(scores, 7)
+
+
+# --------------------------------------------------------------------------- random
+
+
+def _context(target=5, seed=0, **kw):
+    model = tiny_model()
+    return model, synthetic_context(model, seed=seed, target_heads=target, **kw)
+
+
+def test_random_samples_without_replacement_and_depends_on_seed():
+    masks = []
+    for seed in range(6):
+        model, ctx = _context(target=5, seed=seed)
+        res = methods.create("random").prune(model, ctx)
+        assert res.heads_pruned == 5
+        masks.append(res.mask)
+    assert len({tuple(m.flatten().tolist()) for m in masks}) > 1
+
+
+def test_random_is_uniform_over_heads():
+    """Each of the 12 heads is pruned with probability K/12; 600 seeds, K=3 -> expected 150 per head."""
+    counts = torch.zeros(3, 4)
+    model = tiny_model()
+    for seed in range(600):
+        ctx = synthetic_context(model, seed=seed, target_heads=3, n_train=1, n_dev=1)
+        counts += 1 - methods.create("random").prune(model, ctx).mask
+    assert counts.sum() == 1800
+    assert counts.min() > 110 and counts.max() < 190  # about 4.6 binomial SDs around 150
+
+
+def test_random_floor_and_per_layer_targets():
+    model, ctx = _context(target=9)
+    m = methods.create("random", min_heads_per_layer=1).prune(model, ctx).mask
+    assert (m.sum(dim=1) >= 1).all() and int((m == 0).sum()) == 9
+    ctx.target_per_layer = [3, 0, 2]
+    m = methods.create("random").prune(model, ctx).mask
+    assert (m == 0).sum(dim=1).tolist() == [3, 0, 2]
+    with pytest.raises(ValueError, match="cannot prune 10 heads"):
+        ctx.target_per_layer = None
+        ctx.target_heads = 10
+        methods.create("random", min_heads_per_layer=1).prune(model, ctx)
+
+
+def test_methods_need_a_budget():
+    for name in ("random", "confidence", "michel"):
+        model, ctx = _context(target=None)
+        with pytest.raises(ValueError, match="needs a budget"):
+            methods.create(name).prune(model, ctx)
+
+
+# --------------------------------------------------------------------------- confidence
+
+
+def test_head_confidence_known_values():
+    # one layer, one example, two heads, 3 tokens of which the last is padding
+    attn = torch.zeros(1, 1, 2, 3, 3)
+    attn[0, 0, 0] = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    attn[0, 0, 1] = torch.tensor([[0.2, 0.8, 0.0], [0.6, 0.4, 0.0], [1.0, 0.0, 0.0]])
+    att_mask = torch.tensor([[1, 1, 0]])
+    summed, n = head_confidence(attn, att_mask, att_mask.bool())
+    assert n == 2  # the padded query row is excluded
+    assert torch.allclose(summed / n, torch.tensor([[(0.9 + 0.5) / 2, (0.8 + 0.6) / 2]]))
+    keys = torch.tensor([[True, False, False]])  # exclude key 1 (e.g. a [SEP])
+    summed, n = head_confidence(attn, att_mask, keys)
+    assert torch.allclose(summed / n, torch.tensor([[(0.9 + 0.5) / 2, (0.2 + 0.6) / 2]]))
+
+
+def test_confidence_prunes_the_least_confident_heads():
+    model, ctx = _context(target=4)
+    res = methods.create("confidence").prune(model, ctx)
+    assert res.scores.shape == (3, 4)
+    assert ((res.scores > 0) & (res.scores <= 1)).all()
+    pruned = res.scores[res.mask == 0]
+    kept = res.scores[res.mask == 1]
+    assert pruned.max() <= kept.min()
+
+
+def test_confidence_restores_attention_implementation():
+    model, ctx = _context(target=2)
+    before = model.config._attn_implementation
+    methods.create("confidence").prune(model, ctx)
+    assert model.config._attn_implementation == before
+
+
+# --------------------------------------------------------------------------- michel
+
+
+def _brute_force_importance(model, examples, base_mask=None):
+    """E_x |dL(x)/d xi| with one backward per example and an [L, H] gate: the paper's Eq. 2 verbatim."""
+    total = torch.zeros(3, 4, dtype=torch.float64)
+    for ex in examples:
+        batch = collate([ex])
+        gate = torch.ones(3, 4, requires_grad=True)
+        eff = gate if base_mask is None else gate * base_mask
+        with apply_head_mask(model, eff):
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        loss = F.cross_entropy(logits, batch["labels"])
+        (g,) = torch.autograd.grad(loss, gate)
+        total += g.abs().double()
+    return total / len(examples)
+
+
+def test_michel_per_example_estimator_equals_brute_force():
+    model = tiny_model()
+    examples = synthetic_split(10, seed=3)
+    fast, n = head_importance(model, [collate(examples[:6]), collate(examples[6:])], 3, 4)
+    assert n == 10
+    slow = _brute_force_importance(model, examples)
+    assert torch.allclose(fast, slow, atol=1e-6, rtol=1e-4)
+    # and it differs from |gradient of the batch loss| (the DSP-repo estimator), which it must not be
+    gate = torch.ones(3, 4, requires_grad=True)
+    batch = collate(examples)
+    with apply_head_mask(model, gate):
+        loss = F.cross_entropy(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                               batch["labels"], reduction="sum")
+    (g,) = torch.autograd.grad(loss, gate)
+    assert (g.abs().double() / 10 <= fast + 1e-9).all()
+    assert not torch.allclose(g.abs().double() / 10, fast)
+
+
+def test_michel_with_base_mask_equals_brute_force():
+    model = tiny_model()
+    examples = synthetic_split(6, seed=4)
+    base = torch.ones(3, 4)
+    base[1, 2] = 0
+    fast, _ = head_importance(model, [collate(examples)], 3, 4, base_mask=base)
+    assert torch.allclose(fast, _brute_force_importance(model, examples, base), atol=1e-6, rtol=1e-4)
+
+
+def test_michel_token_estimator_normalisation():
+    """Per-token |grad| summed: >= per-example estimator before normalisation (triangle inequality)."""
+    model = tiny_model()
+    examples = synthetic_split(8, seed=5)
+    batch = collate(examples)
+    tok, _ = head_importance(model, [batch], 3, 4, estimator="token")
+    ex, _ = head_importance(model, [batch], 3, 4, estimator="example")
+    n_tokens = int(batch["attention_mask"].sum())
+    # undo the normalisations: token sums over all tokens >= per-example |sum over tokens|
+    assert (tok[:-1] * n_tokens + 1e-9 >= ex[:-1] * 8).all()
+    # last layer: only [CLS] gets a gradient, so both estimators agree there
+    assert torch.allclose(tok[-1], ex[-1], atol=1e-7, rtol=1e-4)
+
+
+def test_michel_does_not_touch_weights_and_layer_normalisation():
+    model, ctx = _context(target=5)
+    before = [p.detach().clone() for p in model.parameters()]
+    res = methods.create("michel").prune(model, ctx)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(p.requires_grad for p in model.parameters())
+    assert torch.allclose(res.scores.pow(2).sum(dim=1), torch.ones(3), atol=1e-5)  # unit L2 per layer
+    assert torch.allclose(normalize_by_layer(torch.tensor([[3.0, 4.0]])), torch.tensor([[0.6, 0.8]]))
+
+
+def test_michel_iterative_steps():
+    model, ctx = _context(target=7)
+    res = methods.create("michel", mode="iterative", step_fraction=0.25).prune(model, ctx)
+    assert res.heads_pruned == 7
+    assert res.trace["steps"] == [3, 6, 7]  # ceil(0.25 * 12) = 3 heads per step
+
+
+def test_michel_rejects_bad_options():
+    model, ctx = _context(target=3)
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        methods.create("michel", estimator="batch").prune(model, ctx)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        methods.create("michel", mode="twice").prune(model, ctx)

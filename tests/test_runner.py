@@ -1,0 +1,198 @@
+"""The runner end to end on real GLUE data with the packaged MiniLM (smoke preset): records, resume,
+kill -9 and rerun, determinism, configuration checks, matched budgets, recover/control, the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import torch
+
+from benchmark import training
+from benchmark.cli import main
+from benchmark.config import ConfigError
+from benchmark.runner import Runner, make_run_config
+from benchmark.store import RecordStore
+from methods import HeadPruner, PruningResult, register
+
+METHODS = "random,confidence,michel"
+TASKS = "wnli,mrpc"
+VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
+
+
+def _config(out, glue_dir, **kw):
+    args = dict(out=out, preset="smoke", methods_spec=METHODS, tasks_spec=TASKS, seeds=None, model=None, budget=None,
+                device="cpu", data_dir=str(glue_dir), recover=False, progress=False)
+    args.update(kw)
+    return make_run_config(**args)
+
+
+def _run(out, glue_dir, **kw):
+    runner = Runner(_config(out, glue_dir, **kw))
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    assert not runner.failures, runner.failures
+    return runner
+
+
+def _stable(records):
+    return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, glue_dir):
+    out = tmp_path_factory.mktemp("smoke")
+    _run(out, glue_dir)
+    return out
+
+
+def test_records_carry_the_protocol_fields(smoke_run):
+    records = RecordStore(smoke_run).records()
+    assert len(records) == 2 * 4  # 2 tasks x (original + 3 methods), 1 seed
+    for r in records:
+        for field in ("task", "seed", "method", "method_options", "budget", "condition", "mask", "metrics",
+                      "majority_baseline", "degenerate", "predictions", "labels", "cost", "provenance",
+                      "started_at", "finished_at", "base_failed"):
+            assert field in r, field
+        assert len(r["mask"]) == 6 and all(len(row) == 12 for row in r["mask"])
+        assert r["heads_pruned"] == sum(v == 0 for row in r["mask"] for v in row) == r["budget"]["achieved"]
+        assert len(r["predictions"]) == len(r["labels"]) == r["splits"]["dev"] == 64
+        assert r["splits"]["mini_dev"] == 16 and r["splits"]["mini_train"] == 48
+        assert {"git_commit", "versions", "model_revision", "data_hashes", "config_hash"} <= set(r["provenance"])
+        assert r["cost"]["device"] == "cpu" and r["cost"]["wall_s"] > 0
+        if r["method"] == "original":
+            assert r["heads_pruned"] == 0
+        else:
+            assert r["budget"]["target"] == r["heads_pruned"] == round(0.3 * 72)
+        assert set(r["metrics"]) == ({"accuracy", "f1"} if r["task"] == "mrpc" else {"accuracy"})
+    michel = next(r for r in records if r["method"] == "michel")
+    assert michel["cost"]["backward_examples"] == 0 and michel["cost"]["forward_examples"] >= 48
+    assert (smoke_run / "base" / "wnli-seed0" / "config.json").exists()
+
+
+def test_rerun_does_no_new_work(smoke_run, glue_dir, monkeypatch):
+    before = (smoke_run / "records.jsonl").read_bytes()
+
+    def forbidden(*a, **k):
+        raise AssertionError("a finished run was recomputed")
+
+    monkeypatch.setattr(training, "fine_tune", forbidden)
+    monkeypatch.setattr(training, "evaluate", forbidden)
+    _run(smoke_run, glue_dir)
+    assert (smoke_run / "records.jsonl").read_bytes() == before
+
+
+def test_changed_configuration_is_refused(smoke_run, glue_dir):
+    with pytest.raises(ConfigError, match=r"different configuration(.|\n)*max_train_examples: 64 -> 2000"):
+        Runner(_config(smoke_run, glue_dir, preset="quick"))
+
+
+def test_incomplete_last_line_is_repaired(tmp_path):
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"cell": "a", "x": 1}) + "\n" + '{"cell": "b", "x"')
+    store = RecordStore(tmp_path)
+    assert [r["cell"] for r in store.records()] == ["a"]
+    assert path.read_text() == json.dumps({"cell": "a", "x": 1}) + "\n"
+    store.add({"cell": "b", "x": 2})
+    store.add({"cell": "b", "x": 3})  # never twice
+    assert [json.loads(l)["x"] for l in path.read_text().splitlines()] == [1, 2]
+    path.write_text("not json\n" + json.dumps({"cell": "a"}) + "\n")
+    with pytest.raises(ValueError, match="line 1 is not valid JSON"):
+        RecordStore(tmp_path)
+
+
+def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, tmp_path):
+    """A real `bench run` process killed with SIGKILL mid-run, then rerun, gives the same records (masks,
+    predictions, metrics) as the uninterrupted run in another process: resume and determinism in one test."""
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS, "--tasks", TASKS,
+           "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    records = out / "records.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and len(records.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    n_before = len(records.read_text().splitlines())
+    assert 5 <= n_before < 8
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = RecordStore(out).records()
+    assert len(resumed) == len(records.read_text().splitlines()) == 8  # nothing lost, nothing duplicated
+    assert _stable(resumed) == _stable(RecordStore(smoke_run).records())
+
+
+@register
+class SelfBudgeted(HeadPruner):
+    """Decides its own count, like AUBER: prunes the heads of layer 0 whose index is odd, and head 0 of layer 5."""
+
+    name = "test-self-budgeted"
+    summary = "test only: decides its own head count"
+    needs_target = False
+    exact_budget = False
+
+    def prune(self, model, context):
+        mask = torch.ones(context.num_layers, context.num_heads)
+        mask[0, 1::2] = 0
+        mask[5, 0] = 0
+        return PruningResult(mask=mask)
+
+
+def test_matched_budget_and_recover_control(tmp_path, glue_dir):
+    with pytest.raises(ConfigError, match="michel itself needs a head count"):
+        Runner(_config(tmp_path, glue_dir, methods_spec="random,michel", budget="matched:michel"))
+    _run(tmp_path, glue_dir, methods_spec="random,michel,test-self-budgeted", tasks_spec="wnli",
+         budget="matched:test-self-budgeted", recover=True)
+    recs = {(r["method"], r["condition"]): r for r in RecordStore(tmp_path).records()}
+    assert set(recs) == {("original", "prune-only"), ("original", "control"), ("michel", "prune-only"),
+                         ("michel", "prune+recover"), ("random", "prune-only"), ("random", "prune+recover"),
+                         ("test-self-budgeted", "prune-only"), ("test-self-budgeted", "prune+recover")}
+    setter = recs[("test-self-budgeted", "prune-only")]
+    assert setter["heads_pruned"] == 7 and setter["budget"]["target"] is None
+    assert recs[("michel", "prune-only")]["heads_pruned"] == 7
+    assert recs[("random", "prune-only")]["budget"]["target"] == setter["heads_pruned"]
+    # per-layer counts are matched too (random's per_layer option defaults to True)
+    per_layer = lambda r: [sum(v == 0 for v in row) for row in r["mask"]]
+    assert per_layer(recs[("random", "prune-only")]) == per_layer(setter)
+    # recover keeps the mask; the control is the unpruned model fine-tuned with the same budget
+    assert recs[("random", "prune+recover")]["mask"] == recs[("random", "prune-only")]["mask"]
+    assert recs[("original", "control")]["heads_pruned"] == 0
+    assert recs[("original", "control")]["predictions"] != recs[("original", "prune-only")]["predictions"] or \
+        recs[("original", "control")]["cost"]["backward_examples"] > 0
+
+
+def test_cli_list_and_bad_options(glue_dir, tmp_path):
+    cli = CliRunner()
+    res = cli.invoke(main, ["list"])
+    assert res.exit_code == 0 and "michel" in res.output and "glue-small" in res.output and "smoke" in res.output
+    cases = [
+        (["--tasks", "mrcp"], "did you mean 'mrpc'"),
+        (["--methods", "michell"], "did you mean 'michel'"),
+        (["--budget", "heads:x"], "K must be a non-negative integer"),
+        (["--budget", "fraction:1.5"], "F must be in [0, 1]"),
+        (["--budget", "matched:random", "--methods", "michel"], "random itself needs a head count"),
+        (["--budget", "matched:test-self-budgeted", "--methods", "michel"], "add test-self-budgeted to --methods"),
+        (["--option", "michel.mode"], "expected METHOD.OPTION=VALUE"),
+        (["--option", "michel.bogus=1"], "unknown option"),
+        (["--seeds", "a,b"], "expected N or a comma-separated list"),
+        (["--device", "tpu"], "expected auto, cpu, cuda"),
+        (["--data-dir", str(tmp_path / "nowhere")], "nowhere"),
+    ]
+    for extra, message in cases:
+        res = cli.invoke(main, ["run", "--preset", "smoke", "--out", str(tmp_path / "o"), "--data-dir", str(glue_dir),
+                                *extra])
+        assert res.exit_code != 0, extra
+        assert message in res.output, (extra, res.output)
