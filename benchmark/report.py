@@ -374,20 +374,21 @@ def _compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, met
     res = stats.compare_with_without(100 * a.score.to_numpy(), 100 * b.score.to_numpy(), bad, n_boot=n_boot, seed=seed)
     out = {"target": target, "reference": ref, "seeds": common, "bad": bad.tolist(), **res}
     pa, pb = _predictions(data, a.reset_index()), _predictions(data, b.reset_index())
+    two_level: dict[str, dict[str, Any]] = {}
     for which, keep in (("all", np.ones(len(common), bool)), ("clean", ~bad)):
+        if which == "clean" and keep.all():
+            two_level["clean"] = two_level["all"]  # no seed excluded: the same resamples
+            continue
         two = {"estimate": math.nan, "low": math.nan, "high": math.nan, "note": "no predictions in the records"}
         if pa is not None and pb is not None and metric in stats.METRICS:
-            if which == "clean" and keep.all() and "all" in out.get("two_level", {}):
-                two = out["two_level"]["all"]
-            else:
-                sel = np.flatnonzero(keep)
-                try:
-                    two = stats.two_level_bootstrap([pa[0][i] for i in sel], [pb[0][i] for i in sel],
-                                                    [pa[1][i] for i in sel], metric, n_boot=n_boot_examples, seed=seed)
-                except ValueError as exc:  # e.g. the two records of a seed scored different dev sets
-                    two = {"estimate": math.nan, "low": math.nan, "high": math.nan, "note": str(exc)}
-        out.setdefault("two_level", {})[which] = {k: (100 * v if k in ("estimate", "low", "high") else v)
-                                                  for k, v in two.items()}
+            sel = np.flatnonzero(keep)
+            try:
+                two = stats.two_level_bootstrap([pa[0][i] for i in sel], [pb[0][i] for i in sel],
+                                                [pa[1][i] for i in sel], metric, n_boot=n_boot_examples, seed=seed)
+            except ValueError as exc:  # e.g. the two records of a seed scored different dev sets
+                two = {"estimate": math.nan, "low": math.nan, "high": math.nan, "note": str(exc)}
+        two_level[which] = {k: (100 * v if k in ("estimate", "low", "high") else v) for k, v in two.items()}
+    out["two_level"] = two_level
     return out
 
 
@@ -552,14 +553,17 @@ def _table_notes(r: GroupResult, which: str = "all") -> list[str]:
     if r.task in EXCLUDED_FROM_AVERAGE:
         notes.append(f"{r.task.upper()}'s dev set is adversarial: read every score beside the majority baseline "
                      f"({_num(r.majority)}); {r.task.upper()} is left out of cross-task averages.")
-    pmin = stats.min_exact_p(n_max) if n_max else math.nan
-    hmin = stats.min_holm_p(n_max, m) if n_max and m else math.nan
+    if n_max == 0:
+        notes.append("No seed is left for a comparison here." if which == "clean" else "No paired seeds.")
+        return notes
+    pmin = stats.min_exact_p(n_max)
+    hmin = stats.min_holm_p(n_max, m) if m else math.nan
     line = (f"p: exact two-sided sign-flip test over paired seeds, Holm-adjusted over the {m} comparison(s) of this "
             f"table. With n = {n_max} paired seeds the smallest exact p is {_p(pmin)}")
     if m:
         line += f" and the smallest Holm-adjusted p is {_p(hmin)}"
     line += "."
-    if np.isfinite(hmin) and hmin >= ALPHA or np.isfinite(pmin) and pmin >= ALPHA:
+    if (np.isfinite(hmin) and hmin >= ALPHA) or pmin >= ALPHA:
         line += f" **No comparison here can reach p < {ALPHA:g} with these seeds**; run more seeds (paper preset: 10)."
     notes.append(line)
     kinds = [k for k in r.references]
@@ -596,6 +600,7 @@ def comparisons_frame(results: list[GroupResult]) -> pd.DataFrame:
 def _comparisons_md(cf: pd.DataFrame) -> pd.DataFrame:
     if cf.empty:
         return cf
+    cf = cf[(cf.seeds == "all") | (cf.n_excluded > 0)]
     return pd.DataFrame({
         "task": cf.task, "method": cf.method + np.where(cf.condition == RECOVER, " +recover", ""),
         "budget": cf.budget, "vs": cf.vs, "seeds": cf.seeds, "n": cf.n.astype(str),
@@ -827,9 +832,10 @@ def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path
         ax.set_ylim(min(lo - pad, 0) if lo - pad < 0 < hi else lo - pad, hi + pad)
     ax.set_xticks(x, [_tick(u) for u in bars])
     ax.set_ylabel(METRIC_AXIS.get(r.metric, r.metric))
+    n = len(r.seeds)
     ax.set_title(f"{r.task.upper()}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: mean ± 95% CI, "
-                 f"n = {len(r.seeds)} seeds")
-    ax.legend(loc="lower right", frameon=False, ncol=3 if len(bars) > 4 else 1)
+                 f"n = {n} seed{'s' if n != 1 else ''}")
+    fig.legend(loc="outside lower center", frameon=False, ncol=3)
     ax.grid(axis="y", linewidth=0.3, alpha=0.6, zorder=0)
     return _save(fig, folder, f"bars_{r.task}{_suffix(r.group)}")
 
@@ -972,6 +978,8 @@ def plot_auber_layers(data: RunData, task: str, folder: Path) -> list[Path]:
 
 def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], markers: dict[str, str]) -> list[Path]:
     """Cost vs score: mean wall seconds per cell (log x) against the mean score, one panel per task."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     tasks = sorted({r.task for r in results}, key=_task_key)
     if not tasks:
         return []
@@ -995,6 +1003,10 @@ def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], 
                                 capsize=1.5, linewidth=0)
                 handles.setdefault(u.name, h)
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.margins(x=0.12, y=0.12)
         ax.set_title(task.upper())
         ax.set_xlabel("wall s per cell (log)")
         metric = next(r.metric for r in results if r.task == task)
@@ -1109,7 +1121,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
             clean = task_table(r, "clean")
             md += [f"**{r.task.upper()} without degenerate / base-failed seeds** (a seed leaves a comparison when "
                    "either side is degenerate or its base model failed; protocol.md §6):\n", _md(clean)]
-            md += [f"- {_table_notes(r, 'clean')[1]}", ""]
+            md += [f"- {n}" for n in _table_notes(r, "clean") if n.startswith(("p:", "No "))] + [""]
             tex_parts.append(_latex(clean, f"{title}, without degenerate or base-failed seeds.",
                                     f"tab:{r.task}{_suffix(r.group).replace('_', '-')}-clean"))
     if results:
@@ -1123,8 +1135,9 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
                "- CI (seeds): percentile bootstrap over seeds. CI (seeds+examples): two-level paired bootstrap "
                "(seeds, then dev examples, same examples for both methods). p exact: sign-flip test; p Holm: within "
                "the task table; Wilcoxon signed-rank and paired t-test are secondary.\n"]
-        md += ["## Cost\n", _md(cost_txt), "- Wall seconds per cell (pruning and evaluation; the shared base model's "
-               "fine-tuning is not included), pruning seconds, and dev/train examples passed forward / backward.\n"]
+        md += ["## Cost\n", _md(cost_txt), "- Wall seconds per cell: pruning, any re-fine-tuning and the dev "
+               "evaluation (the seed's shared base-model fine-tuning is not counted); pruning s: the method alone; "
+               "examples passed forward / backward, the dev evaluation included.\n"]
         tex_parts.append(_latex(cost_txt, "Cost per cell.", "tab:cost"))
     md.append("## Missing and failed cells\n")
     if missing.empty:

@@ -424,9 +424,10 @@ def compare(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, n_m
     perm = sign_flip_test(d, n_mc=n_mc, seed=seed)
     wil = wilcoxon_test(d)
     tt = paired_t_test(a, b)
-    notes = [x for x in (wil["note"], tt["note"]) if x]
     if d.size < 2:
-        notes.insert(0, f"n={d.size}: no SD or CI")
+        notes = [f"n={d.size}: no SD, CI, Wilcoxon or t-test"]
+    else:
+        notes = [x for x in (wil["note"], tt["note"]) if x]
     return {"n": dd["n"], "mean_a": da["mean"], "sd_a": da["sd"], "mean_b": db["mean"], "sd_b": db["sd"],
             "mean_diff": dd["mean"], "sd_diff": dd["sd"], "ci_low": low, "ci_high": high,
             "p_exact": perm["p"], "exact": perm["exact"], "p_min": min_exact_p(d.size),
