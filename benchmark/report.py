@@ -761,8 +761,7 @@ def _markers(data: RunData) -> dict[str, str]:
 
 
 _RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
-       "legend.fontsize": 7, "axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42,
-       "savefig.bbox": "tight", "savefig.pad_inches": 0.03}
+       "legend.fontsize": 7, "axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42}
 
 
 def _save(fig, folder: Path, name: str) -> list[Path]:
@@ -784,13 +783,13 @@ def _suffix(group: str) -> str:
     return "" if group == PRUNE_ONLY else "_recover"
 
 
-def _tick(u: Unit) -> str:
-    parts = [u.name + ("+rec" if u.condition == RECOVER else "")]
+def _tick(u: Unit, sep: str = "\n") -> str:
+    parts = [u.name]  # the condition is in the figure's title
     if short_budget(u.budget):
         parts.append(short_budget(u.budget))
     if u.opts:
         parts.append(u.opts[:6])
-    return "\n".join(parts)
+    return sep.join(parts)
 
 
 def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path]:
@@ -830,11 +829,14 @@ def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path
         lo, hi = min(finite), max(finite)
         pad = max(1.0, 0.12 * (hi - lo))
         ax.set_ylim(min(lo - pad, 0) if lo - pad < 0 < hi else lo - pad, hi + pad)
-    ax.set_xticks(x, [_tick(u) for u in bars])
+    if len(bars) > 6:  # long rows: one-line labels, slanted
+        ax.set_xticks(x, [_tick(u, " ") for u in bars], rotation=35, ha="right", rotation_mode="anchor")
+    else:
+        ax.set_xticks(x, [_tick(u) for u in bars])
     ax.set_ylabel(METRIC_AXIS.get(r.metric, r.metric))
     n = len(r.seeds)
-    ax.set_title(f"{r.task.upper()}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: mean ± 95% CI, "
-                 f"n = {n} seed{'s' if n != 1 else ''}")
+    fig.suptitle(f"{r.task.upper()}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: mean ± 95% CI, "
+                 f"n = {n} seed{'s' if n != 1 else ''}", fontsize=9)
     fig.legend(loc="outside lower center", frameon=False, ncol=3)
     ax.grid(axis="y", linewidth=0.3, alpha=0.6, zorder=0)
     return _save(fig, folder, f"bars_{r.task}{_suffix(r.group)}")
@@ -852,7 +854,7 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
     """Score vs heads pruned, one line per method over its budgets, 95% t CI bands; only if a method has >= 2 budgets."""
     if not _has_sweep(r):
         return []
-    fig = _new_figure(4.2, 2.8)
+    fig = _new_figure(5.0, 2.6)
     ax = fig.add_subplot()
     lines: dict[tuple[str, str], list[Unit]] = {}
     for u in r.units:
@@ -865,20 +867,29 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
         lo = np.array([s["ci_low"] for s in st])
         hi = np.array([s["ci_high"] for s in st])
         col = colors.get(name, "#888888")
+        label = name + (" +recover" if cond == RECOVER else "")
+        if len(st) == 1:  # one budget: a point with its CI
+            err = None if not np.isfinite(lo[0]) else [[y[0] - lo[0]], [hi[0] - y[0]]]
+            ax.errorbar(x, y, yerr=err, fmt=markers.get(name, "o"), markersize=3.5, color=col, elinewidth=0.8,
+                        capsize=2, label=label)
+            continue
         ax.plot(x, y, marker=markers.get(name, "o"), markersize=3.5, color=col, linewidth=1.2,
-                linestyle="-" if cond != RECOVER else "--", label=name + (" +recover" if cond == RECOVER else ""))
+                linestyle="-" if cond != RECOVER else "--", label=label)
         if np.isfinite(lo).any():
             ax.fill_between(x, lo, hi, color=col, alpha=0.18, linewidth=0)
-    orig = next((u for u in r.units if u.name == ORIGINAL), None)
-    if orig is not None:
-        ax.axhline(r.unit_stats[orig]["mean"], color="black", linestyle="--", linewidth=1, label="original")
+    for name, style in ((ORIGINAL, "--"), (CONTROL_NAME, "-.")):
+        ref = next((u for u in r.units if u.name == name), None)
+        if ref is not None:
+            ax.axhline(r.unit_stats[ref]["mean"], color=colors.get(name, "black"), linestyle=style, linewidth=1,
+                       label=name)
     if np.isfinite(r.majority):
         ax.axhline(r.majority, color="#555555", linestyle=":", linewidth=1.2, label="majority")
     total = int(r.heads_total) if np.isfinite(r.heads_total) else None
     ax.set_xlabel("heads pruned" + (f" (of {total})" if total else ""))
     ax.set_ylabel(METRIC_AXIS.get(r.metric, r.metric))
-    ax.set_title(f"{r.task.upper()}: score vs heads pruned (95% CI, n = {len(r.seeds)})")
-    ax.legend(frameon=False, loc="best")
+    fig.suptitle(f"{r.task.upper()}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: score vs heads pruned "
+                 f"(mean, 95% CI, n = {len(r.seeds)})", fontsize=9)
+    fig.legend(loc="outside right center", frameon=False)
     ax.grid(linewidth=0.3, alpha=0.6)
     return _save(fig, folder, f"sweep_{r.task}{_suffix(r.group)}")
 
@@ -977,7 +988,8 @@ def plot_auber_layers(data: RunData, task: str, folder: Path) -> list[Path]:
 
 
 def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], markers: dict[str, str]) -> list[Path]:
-    """Cost vs score: mean wall seconds per cell (log x) against the mean score, one panel per task."""
+    """Cost vs score: mean wall seconds per cell (log x) against the mean score over seeds, one panel per task;
+    open markers for prune+recover units."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     tasks = sorted({r.task for r in results}, key=_task_key)
@@ -988,6 +1000,7 @@ def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], 
     fig = _new_figure(min(7.0, 0.8 + 1.9 * ncols), 0.6 + 1.9 * nrows)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     handles: dict[str, Any] = {}
+    recover = False
     for ax, task in zip(axes.flat, tasks):
         for r in (x for x in results if x.task == task):
             for u in r.units:
@@ -997,11 +1010,12 @@ def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], 
                 if not (np.isfinite(s["wall_s"]) and s["wall_s"] > 0):
                     continue
                 col = colors.get(u.name, "#888888")
-                err = None if not np.isfinite(s["ci_low"]) else [[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]]
-                h = ax.errorbar(s["wall_s"], s["mean"], yerr=err, fmt=markers.get(u.name, "o"), markersize=4,
-                                color=col, mfc=col if u.condition != RECOVER else "white", elinewidth=0.7,
-                                capsize=1.5, linewidth=0)
-                handles.setdefault(u.name, h)
+                h = ax.plot(s["wall_s"], s["mean"], linestyle="none", marker=markers.get(u.name, "o"), markersize=4,
+                            color=col, mfc=col if u.condition != RECOVER else "white")[0]
+                if u.condition != RECOVER:
+                    handles.setdefault(u.name, h)
+                else:
+                    recover = True
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -1014,6 +1028,10 @@ def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], 
         ax.grid(linewidth=0.3, alpha=0.6, which="both")
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
+    if recover:
+        from matplotlib.lines import Line2D
+
+        handles["open marker: +recover"] = Line2D([], [], linestyle="none", marker="o", color="black", mfc="white")
     if handles:
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
                    ncol=min(6, len(handles)), frameon=False)

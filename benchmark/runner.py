@@ -299,7 +299,8 @@ class Runner:
         spec = data.spec
         base = self._base_model(data, seed)
         mini_train_idx, mini_dev_idx = train_splits(len(data.train), seed, self.cfg.preset.mini_dev_fraction)
-        splits = {"mini_train": data.train.select(mini_train_idx), "mini_dev": data.train.select(mini_dev_idx)}
+        splits = {"mini_train": data.train.select(mini_train_idx), "mini_dev": data.train.select(mini_dev_idx),
+                  "train": data.train}
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         for task_name, _, method, condition in cells:
             key = self._key(task_name, seed, method, condition)
@@ -358,21 +359,26 @@ class Runner:
                  target: int | None, target_per_layer: list[int] | None, layout) -> PruningContext:
         spec, tok, device, recover = data.spec, self.tokenizer, self.device, self.cfg.preset.recover
 
-        def batches(split: str, batch_size: int = 32, shuffle: bool = False, seed: int | None = None):
+        def view(split: str, indices=None) -> datasets.Dataset:
             if split not in splits:
                 raise ValueError(f"unknown split {split!r}; a method may use {sorted(splits)}")
-            return training.iterate(splits[split], tok, batch_size, device, shuffle=shuffle, seed=seed, counter=counter)
+            return splits[split] if indices is None else splits[split].select([int(i) for i in indices])
 
-        def evaluate(model, mask=None, split: str = "mini_dev") -> dict[str, float]:
-            if split not in splits:
-                raise ValueError(f"unknown split {split!r}; a method may use {sorted(splits)}")
-            metrics, _ = training.evaluate(model, splits[split], spec, tok, device, mask=mask, counter=counter)
+        def batches(split: str, batch_size: int = 32, shuffle: bool = False, seed: int | None = None, indices=None):
+            return training.iterate(view(split, indices), tok, batch_size, device, shuffle=shuffle, seed=seed,
+                                    counter=counter)
+
+        def evaluate(model, mask=None, split: str = "mini_dev", indices=None) -> dict[str, float]:
+            metrics, _ = training.evaluate(model, view(split, indices), spec, tok, device, mask=mask, counter=counter)
             return {spec.primary_metric: metrics[spec.primary_metric], **metrics}
 
-        def fine_tune(model, mask=None, split: str = "mini_train", **overrides):
+        def fine_tune(model, mask=None, split: str = "mini_train", indices=None, eval_split: str = "mini_dev",
+                      eval_indices=None, **overrides):
             cfg = dataclasses.replace(recover, **overrides)
-            eval_fn = (lambda m: evaluate(m, mask, "mini_dev")[spec.primary_metric]) if cfg.early_stopping else None
-            model, _ = training.fine_tune(model, splits[split], tok, device, cfg, seed=seed, mask=mask,
+            eval_fn = None
+            if cfg.early_stopping:
+                eval_fn = lambda m: evaluate(m, mask, eval_split, eval_indices)[spec.primary_metric]  # noqa: E731
+            model, _ = training.fine_tune(model, view(split, indices), tok, device, cfg, seed=seed, mask=mask,
                                           eval_fn=eval_fn, counter=counter, progress=self.cfg.progress)
             return model
 
@@ -382,9 +388,10 @@ class Runner:
 
         return PruningContext(
             task=spec.name, primary_metric=spec.primary_metric, seed=seed, num_layers=layout.num_layers,
-            num_heads=layout.num_heads, batches=batches, num_examples=lambda s: len(splits[s]), evaluate=evaluate,
+            num_heads=layout.num_heads, batches=batches, num_examples=lambda s: len(view(s)), evaluate=evaluate,
             fine_tune=fine_tune, target_heads=target, target_per_layer=target_per_layer,
             load_pretrained=load_pretrained, tokenizer_info=models.tokenizer_info(tok), device=device,
+            compute_metrics=lambda preds, labels: tasks.compute_metrics(spec, preds, labels),
             log=lambda msg: log.info("[%s s%d] %s", spec.name, seed, msg),
         )
 

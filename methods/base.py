@@ -28,7 +28,9 @@ Batch = dict[str, torch.Tensor]
 """One batch on the run's device: ``input_ids``, ``attention_mask``, ``token_type_ids`` (all ``[B, T]`` long)
 and ``labels`` (``[B]`` long)."""
 
-SPLITS = ("mini_train", "mini_dev")
+SPLITS = ("mini_train", "mini_dev", "train")
+"""Splits a method may read: ``train`` is the whole train-derived pool (= mini_train + mini_dev), for methods
+that draw their own held-out slices (AUBER redraws 25% / 75% per layer). Never the GLUE dev split."""
 
 
 class OptionError(ValueError):
@@ -48,15 +50,20 @@ class PruningContext:
         num_layers, num_heads: the mask's shape ``[num_layers, num_heads]``.
         target_heads: number of heads to prune (``None`` when the method decides itself, e.g. AUBER).
         target_per_layer: optional per-layer counts (length ``num_layers``) for per-layer matched budgets.
-        batches: ``batches(split, batch_size=32, shuffle=False, seed=None) -> Iterator[Batch]`` over
-            ``"mini_train"`` or ``"mini_dev"``; dynamic padding; tensors already on ``device``.
+        batches: ``batches(split, batch_size=32, shuffle=False, seed=None, indices=None) -> Iterator[Batch]``
+            over ``"mini_train"``, ``"mini_dev"`` or ``"train"`` (see :data:`SPLITS`), optionally restricted to
+            the example ``indices`` of that split (in that order); dynamic padding; tensors on ``device``.
         num_examples: ``num_examples(split) -> int``.
-        evaluate: ``evaluate(model, mask=None, split="mini_dev") -> dict[str, float]`` of the task's metrics
-            (values are fractions; MCC in [-1, 1]); runs in eval mode without gradients; ``mask`` is a
-            ``[L, H]`` head mask applied for the duration of the call.
-        fine_tune: ``fine_tune(model, mask=None, split="mini_train", **overrides) -> nn.Module`` trains the
-            model in place with the mask held fixed, and returns it. ``overrides`` may set ``epochs``, ``lr``,
-            ``batch_size``, ``early_stopping`` (bool; on ``mini_dev``).
+        evaluate: ``evaluate(model, mask=None, split="mini_dev", indices=None) -> dict[str, float]`` of the
+            task's metrics (fractions; MCC in [-1, 1]), primary metric first; eval mode, no gradients; ``mask``
+            is a ``[L, H]`` head mask applied for the duration of the call.
+        fine_tune: ``fine_tune(model, mask=None, split="mini_train", indices=None, eval_split="mini_dev",
+            eval_indices=None, **overrides) -> nn.Module`` trains the model in place with the mask held fixed,
+            and returns it. ``overrides`` may set the fields of the runner's recovery recipe: ``epochs``, ``lr``,
+            ``batch_size``, ``early_stopping`` (bool; on ``eval_split``/``eval_indices``), ``patience``,
+            ``evals_per_epoch``, ``warmup_ratio``, ``weight_decay``.
+        compute_metrics: ``compute_metrics(predictions [N] int, labels [N] int) -> dict[str, float]``, the
+            task's GLUE metrics, for methods that compute predictions themselves (AUBER's fast rewards).
         load_pretrained: ``load_pretrained() -> nn.Module``, the pre-trained (not fine-tuned) encoder with a
             classification head, for zero-shot methods; ``None`` when the runner cannot provide it.
         tokenizer_info: ``{"vocab_size", "cls_token_id", "sep_token_id", "pad_token_id", "special_ids"}``.
@@ -76,6 +83,7 @@ class PruningContext:
     target_heads: int | None = None
     target_per_layer: list[int] | None = None
     load_pretrained: Callable[[], nn.Module] | None = None
+    compute_metrics: Callable[..., dict[str, float]] | None = None
     tokenizer_info: dict[str, Any] = field(default_factory=dict)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     log: Callable[[str], None] = lambda message: None

@@ -84,42 +84,54 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
     from methods.heads import get_layout
 
     layout = get_layout(model)
-    data = {"mini_train": synthetic_split(n_train, seed=1000 + seed), "mini_dev": synthetic_split(n_dev, seed=2000 + seed)}
+    pool = synthetic_split(n_train + n_dev, seed=1000 + seed)
+    data = {"mini_train": pool[:n_train], "mini_dev": pool[n_train:], "train": pool}
     read: list[str] = []
 
-    def batches(split: str, batch_size: int = 32, shuffle: bool = False, seed: int | None = None) -> Iterator[dict]:
+    def rows_of(split: str, indices=None) -> list[dict[str, torch.Tensor]]:
         if split not in SPLITS:
             raise AssertionError(f"a method asked for split {split!r}; only {SPLITS} exist (never the GLUE dev set)")
         read.append(split)
         rows = data[split]
+        return rows if indices is None else [rows[int(i)] for i in indices]
+
+    def batches(split: str, batch_size: int = 32, shuffle: bool = False, seed: int | None = None,
+                indices=None) -> Iterator[dict]:
+        rows = rows_of(split, indices)
         order = list(range(len(rows)))
         if shuffle:
             order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed or 0)).tolist()
         for start in range(0, len(rows), batch_size):
             yield collate([rows[i] for i in order[start:start + batch_size]])
 
+    def metrics(preds, labels) -> dict[str, float]:
+        preds, labels = torch.as_tensor(preds), torch.as_tensor(labels)
+        return {"accuracy": float((preds == labels).float().mean())}
+
     @torch.no_grad()
-    def evaluate(m: nn.Module, mask: torch.Tensor | None = None, split: str = "mini_dev") -> dict[str, float]:
+    def evaluate(m: nn.Module, mask: torch.Tensor | None = None, split: str = "mini_dev",
+                 indices=None) -> dict[str, float]:
         m.eval()
-        correct = total = 0
-        for batch in batches(split):
+        preds, labels = [], []
+        for batch in batches(split, indices=indices):
             inputs = {k: v for k, v in batch.items() if k != "labels"}
             if mask is None:
                 logits = m(**inputs).logits
             else:
                 with apply_head_mask(m, mask):
                     logits = m(**inputs).logits
-            correct += int((logits.argmax(-1) == batch["labels"]).sum())
-            total += batch["labels"].numel()
-        return {"accuracy": correct / total}
+            preds.append(logits.argmax(-1))
+            labels.append(batch["labels"])
+        return metrics(torch.cat(preds), torch.cat(labels))
 
-    def fine_tune(m: nn.Module, mask: torch.Tensor | None = None, split: str = "mini_train", epochs: int = 1,
-                  lr: float = 1e-3, batch_size: int = 16, early_stopping: bool = False) -> nn.Module:
+    def fine_tune(m: nn.Module, mask: torch.Tensor | None = None, split: str = "mini_train", indices=None,
+                  eval_split: str = "mini_dev", eval_indices=None, epochs: float = 1, lr: float = 1e-3,
+                  batch_size: int = 16, early_stopping: bool = False, **_ignored) -> nn.Module:
         torch.manual_seed(seed)
         opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=lr)
         m.train()
-        for epoch in range(epochs):
-            for batch in batches(split, batch_size=batch_size, shuffle=True, seed=seed + epoch):
+        for epoch in range(max(1, int(round(epochs)))):
+            for batch in batches(split, batch_size=batch_size, shuffle=True, seed=seed + epoch, indices=indices):
                 inputs = {k: v for k, v in batch.items() if k != "labels"}
                 if mask is None:
                     logits = m(**inputs).logits
@@ -137,7 +149,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
         task="synthetic", primary_metric="accuracy", seed=seed, num_layers=layout.num_layers,
         num_heads=layout.num_heads, batches=batches, num_examples=lambda split: len(data[split]),
         evaluate=evaluate, fine_tune=fine_tune, target_heads=target_heads,
-        load_pretrained=lambda: tiny_model(seed=123),
+        load_pretrained=lambda: tiny_model(seed=123), compute_metrics=metrics,
         tokenizer_info={"vocab_size": TINY["vocab_size"], "cls_token_id": CLS, "sep_token_id": SEP,
                         "pad_token_id": PAD, "special_ids": [PAD, CLS, SEP], "_splits_read": read},
     )

@@ -1,0 +1,275 @@
+"""Tests of benchmark.report on synthetic run folders (records shaped like the runner's).
+
+One report with plots is built once per module (the slow part, a few seconds); the other tests run without plots.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from statsmodels.stats.multitest import multipletests
+
+from benchmark import stats
+from benchmark.report import ReportWarning, build_report, load_runs, report_cmd
+from benchmark.tasks import TASKS, compute_metrics, majority_baseline
+
+LAYERS, HEADS = 2, 4
+N_DEV = 60
+#: per method: mean accuracy of its predictions (before the seed's shift)
+SKILL = {"original": 0.86, "random": 0.74, "michel": 0.8, "auber": 0.83}
+
+
+def make_records(tasks=("mrpc", "cola"), seeds=(0, 1, 2), methods=None, conditions=("prune-only",),
+                 degenerate=(), seed=0):
+    """Realistic records: (task, seed, method, budget, condition) cells with predictions, labels, masks, costs.
+
+    ``methods``: {method: [budget spec, ...]} (``original`` always has budget ``none``). ``degenerate``: cells
+    (task, seed, method) whose predictions are made constant (a failed run).
+    """
+    methods = methods or {"original": ["none"], "random": ["fraction:0.25", "fraction:0.5"], "auber": ["matched:auber"]}
+    rng = np.random.default_rng(seed)
+    records = []
+    for task in tasks:
+        spec = TASKS[task]
+        trng = np.random.default_rng(sum(map(ord, task)))
+        labels = (trng.random(N_DEV) < 0.68).astype(int)
+        train_labels = (trng.random(200) < 0.68).astype(int)
+        majority = majority_baseline(task, train_labels, labels)
+        for s in seeds:
+            shift = rng.normal(0, 0.02)
+            base_failed = (task, s, "original") in degenerate
+            for method, budgets in methods.items():
+                for budget in (["none"] if method == "original" else budgets):
+                    conds = ["prune-only"] + (["control"] if method == "original" and "prune+recover" in conditions
+                                              else [c for c in conditions if c != "prune-only"]
+                                              if method != "original" else [])
+                    for cond in conds:
+                        frac = float(budget.split(":")[1]) if budget.startswith("fraction") else 0.375
+                        k = 0 if method == "original" else int(round(frac * LAYERS * HEADS))
+                        skill = SKILL.get(method, 0.8) - (0.03 * frac if method == "random" else 0) + shift
+                        skill += 0.02 if cond in ("prune+recover", "control") else 0
+                        preds = np.where(rng.random(N_DEV) < skill, labels, 1 - labels)
+                        if (task, s, method) in degenerate:
+                            preds = np.full(N_DEV, majority["majority_label"])
+                        metrics = compute_metrics(task, preds, labels)
+                        score = metrics[spec.primary_metric]
+                        share = np.bincount(preds, minlength=2).max() / N_DEV
+                        is_deg = bool(score <= majority[spec.primary_metric] or share > 0.95)
+                        mask = np.ones(LAYERS * HEADS, dtype=int)
+                        mask[rng.choice(LAYERS * HEADS, size=k, replace=False)] = 0
+                        trace = {}
+                        if method == "auber":
+                            trace = {"layers": [{"layer": l, "rewards": list(np.linspace(0, 1, 6) + rng.normal(0, .05, 6))}
+                                                for l in range(LAYERS)]}
+                        opts = "-" if method == "original" else "abc123"
+                        records.append({
+                            "task": task, "seed": s, "method": method, "condition": cond,
+                            "budget": {"spec": budget, "target": k or None, "achieved": k, "note": budget},
+                            "heads_total": LAYERS * HEADS, "heads_pruned": k, "mask": mask.reshape(LAYERS, HEADS).tolist(),
+                            "metrics": metrics, "primary_metric": spec.primary_metric, "score": score,
+                            "majority_baseline": majority, "degenerate": is_deg,
+                            "degenerate_reason": "constant" if is_deg else None, "base_failed": base_failed,
+                            "predictions": preds.tolist(), "labels": labels.tolist(), "trace": trace,
+                            "cost": {"wall_s": float(rng.lognormal(0 if method != "auber" else 2, 0.2)),
+                                     "prune_wall_s": 0.1, "device": "cpu", "forward_examples": 100 + 10 * k,
+                                     "backward_examples": 0 if cond == "prune-only" else 40},
+                            "provenance": {}, "method_options": {},
+                            "cell": f"{task}|seed={s}|{method}|{budget}|{cond}|opts={opts}",
+                        })
+    return records
+
+
+def write_run(folder: Path, records, failures=()) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if failures:
+        (folder / "failures.jsonl").write_text("".join(json.dumps(f) + "\n" for f in failures))
+    return folder
+
+
+def section(md: str, task: str) -> str:
+    """The Markdown of one task's main table (from its heading to the next heading)."""
+    start = md.index(f"## {task.upper()} (")
+    end = md.index("\n## ", start + 3)
+    return md[start:end]
+
+
+def row(md_section: str, method: str, budget: str) -> str:
+    hits = [l for l in md_section.splitlines() if l.startswith(f"| {method} ") and f"| {budget} " in l]
+    assert hits, f"no row {method} {budget}"
+    return hits[0]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    records = make_records(degenerate={("cola", 1, "random")})
+    run = write_run(tmp_path_factory.mktemp("run"), records)
+    out = build_report([run], plots=True, echo=False, n_boot=2000, n_boot_examples=300)
+    return records, run, out
+
+
+def test_report_writes_markdown_csv_latex_and_plots(built):
+    _, run, out = built
+    assert out == run / "report"
+    for name in ("report.md", "scores.csv", "comparisons.csv", "summary.csv", "cost.csv", "missing.csv", "tables.tex"):
+        assert (out / name).stat().st_size > 0, name
+    plots = out / "plots"
+    for stem in ("bars_mrpc", "bars_cola", "masks_mrpc", "masks_cola", "sweep_mrpc", "sweep_cola",
+                 "auber_layers_mrpc", "cost_vs_score"):
+        for ext in ("png", "pdf"):
+            path = plots / f"{stem}.{ext}"
+            assert path.stat().st_size > 1000, path
+    assert (plots / "bars_mrpc.png").read_bytes()[:4] == b"\x89PNG"
+    assert (plots / "bars_mrpc.pdf").read_bytes()[:4] == b"%PDF"
+    tex = (out / "tables.tex").read_text()
+    assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"$\pm$", r"\begin{table}"))
+    md = (out / "report.md").read_text()
+    assert "![bars_mrpc](plots/bars_mrpc.png)" in md
+
+
+def test_markdown_table_has_the_right_means_and_sds(built):
+    records, out = built[0], built[2]
+    md = (out / "report.md").read_text()
+    for task in ("mrpc", "cola"):
+        sec = section(md, task)
+        units = {(r["method"], r["budget"]["spec"]) for r in records if r["task"] == task}
+        for method, budget in units:
+            scores = [100 * r["score"] for r in records
+                      if r["task"] == task and r["method"] == method and r["budget"]["spec"] == budget]
+            text = f"{statistics.mean(scores):.2f} ± {statistics.stdev(scores):.2f}".replace("-", "−")
+            line = row(sec, method, "—" if budget == "none" else budget)
+            assert text in line, (task, method, budget, text, line)
+            assert "| 3 " in line  # n seeds
+        assert "MCC mean ± SD" in sec if task == "cola" else "acc mean ± SD" in sec
+
+
+def test_differences_p_values_and_holm_in_the_csv(built):
+    records, out = built[0], built[2]
+    cf = pd.read_csv(out / "comparisons.csv")
+    by = {(r["task"], r["method"], r["budget"]["spec"], r["seed"]): 100 * r["score"] for r in records}
+    sel = cf[(cf.task == "mrpc") & (cf.method == "random") & (cf.budget == "fraction:0.25") & (cf.kind == "original")
+             & (cf.seeds == "all")].iloc[0]
+    d = [by["mrpc", "random", "fraction:0.25", s] - by["mrpc", "original", "none", s] for s in range(3)]
+    assert sel.mean_diff == pytest.approx(np.mean(d))
+    assert sel.sd_diff == pytest.approx(np.std(d, ddof=1))
+    assert sel.p_exact == pytest.approx(stats.sign_flip_test(d)["p"])
+    assert sel.p_min == pytest.approx(0.25)
+    assert sel.ci_low <= sel.mean_diff <= sel.ci_high
+    # vs original: 3 units (random x2, auber); vs auber: random x2 -> 5 comparisons per task, one Holm family
+    for task in ("mrpc", "cola"):
+        fam = cf[(cf.task == task) & (cf.seeds == "all")]
+        assert len(fam) == 5
+        assert set(fam.kind) == {"original", "auber"}
+        np.testing.assert_allclose(fam.p_holm, multipletests(fam.p_exact, method="holm")[1])
+
+
+def test_degenerate_runs_are_counted_and_excluded_in_the_clean_table(built):
+    out = built[2]
+    md = (out / "report.md").read_text()
+    cola = md[md.index("## COLA ("):]
+    assert "COLA without degenerate / base-failed seeds" in cola
+    cf = pd.read_csv(out / "comparisons.csv")
+    clean = cf[(cf.task == "cola") & (cf.method == "random") & (cf.seeds == "without degenerate")]
+    assert set(clean.n) == {2} and set(clean.n_excluded) == {1}
+    scores = pd.read_csv(out / "scores.csv")
+    rnd = scores[(scores.task == "cola") & (scores.method == "random")]
+    assert set(rnd.degenerate) == {1} and set(rnd.n_clean) == {2}
+    degenerate_cell = row(section(md, "cola"), "random", "fraction:0.25").rstrip(" |").rsplit("|", 1)[1].strip()
+    assert degenerate_cell == "1"
+
+
+def test_smallest_reachable_p_and_too_few_seeds_are_printed(built):
+    md = (built[2] / "report.md").read_text()
+    assert "n = 3 seeds: smallest exact two-sided p = 0.25" in md
+    assert "No comparison here can reach p < 0.05" in md
+
+
+def test_cross_task_summary_leaves_wnli_out(tmp_path):
+    records = make_records(tasks=("mrpc", "rte", "wnli"), seeds=(0, 1), methods={"original": ["none"],
+                                                                                 "michel": ["fraction:0.5"]})
+    out = build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=500,
+                       n_boot_examples=100)
+    summ = pd.read_csv(out / "summary.csv")
+    mich = summ[summ.method == "michel"].iloc[0]
+    mean = lambda t, m: 100 * np.mean([r["score"] for r in records if r["task"] == t and r["method"] == m])
+    assert mich.mean_excl_wnli == pytest.approx((mean("mrpc", "michel") + mean("rte", "michel")) / 2)
+    assert mich.wnli == pytest.approx(mean("wnli", "michel"))
+    assert mich.tasks == 2
+    wnli_major = 100 * next(r for r in records if r["task"] == "wnli")["majority_baseline"]["accuracy"]
+    assert mich.wnli_majority == pytest.approx(wnli_major)
+    md = (out / "report.md").read_text()
+    assert "WNLI majority" in md and "adversarial" in md
+
+
+def test_partial_run_reports_missing_and_failed_cells(tmp_path):
+    records = make_records(methods={"original": ["none"], "michel": ["fraction:0.5"], "random": ["fraction:0.5"]})
+    keep = [r for r in records if not (r["task"] == "cola" and r["seed"] == 2 and r["method"] in ("michel", "random"))]
+    failure = {"cell": "cola|seed=2|michel|fraction:0.5|prune-only|opts=abc123", "task": "cola", "seed": 2,
+               "method": "michel", "condition": "prune-only", "error": "RuntimeError: boom"}
+    retried = {"cell": keep[0]["cell"], "task": keep[0]["task"], "seed": keep[0]["seed"],
+               "method": keep[0]["method"], "condition": "prune-only", "error": "succeeded on a retry"}
+    out = build_report([write_run(tmp_path / "run", keep, [failure, retried])], plots=False, echo=False,
+                       n_boot=500, n_boot_examples=100)
+    missing = pd.read_csv(out / "missing.csv")
+    assert len(missing) == 2
+    got = {(r.task, r.seed, r.method, r.status) for r in missing.itertuples()}
+    assert got == {("cola", 2, "michel", "failed"), ("cola", 2, "random", "missing")}
+    md = (out / "report.md").read_text()
+    assert "1 missing and 1 failed cell(s)" in md and "RuntimeError: boom" in md
+    assert "succeeded on a retry" not in md
+    assert "| 2 " in row(section(md, "cola"), "michel", "fraction:0.5")  # reports what is there
+
+
+def test_combining_folders_and_duplicate_cells_warn(tmp_path):
+    records = make_records(seeds=(0, 1, 2, 3), methods={"original": ["none"], "michel": ["fraction:0.5"]})
+    first = [r for r in records if r["seed"] < 2 or r["method"] == "original"]  # originals in both folders
+    second = [r for r in records if r["seed"] >= 2]
+    a, b = write_run(tmp_path / "a", first), write_run(tmp_path / "b", second)
+    with pytest.warns(ReportWarning, match="4 duplicate cell"):
+        data = load_runs([a, b])
+    assert len(data.records) == len(records)
+    with pytest.warns(ReportWarning, match="duplicate"):
+        out = build_report([a, b], plots=False, echo=False, n_boot=500, n_boot_examples=100)
+    assert out == a / "report"
+    scores = pd.read_csv(out / "scores.csv")
+    assert set(scores.n) == {4}
+    assert "4 duplicate cell(s) ignored" in (out / "report.md").read_text()
+
+
+def test_against_all_compares_every_pair(tmp_path):
+    records = make_records(tasks=("rte",), methods={"original": ["none"], "michel": ["fraction:0.5"],
+                                                    "random": ["fraction:0.5"], "auber": ["matched:auber"]})
+    out = build_report([write_run(tmp_path / "run", records)], against="all", plots=False, echo=False,
+                       formats="csv", n_boot=500, n_boot_examples=100)
+    cf = pd.read_csv(out / "comparisons.csv")
+    assert len(cf[cf.seeds == "all"]) == 6  # 4 rows -> 4*3/2 pairs
+    assert not (out / "report.md").exists() and not (out / "tables.tex").exists()
+
+
+def test_prune_recover_group_compares_with_control(tmp_path):
+    records = make_records(tasks=("mrpc",), methods={"original": ["none"], "michel": ["fraction:0.5"]},
+                           conditions=("prune-only", "prune+recover"))
+    out = build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=500,
+                       n_boot_examples=100)
+    md = (out / "report.md").read_text()
+    assert "prune + recover (with the fine-tuning control)" in md
+    cf = pd.read_csv(out / "comparisons.csv")
+    rec = cf[(cf.group == "prune+recover") & (cf.seeds == "all")]
+    assert {(m, k) for m, k in zip(rec.method, rec.kind)} == {("control", "original"), ("michel", "original"),
+                                                               ("michel", "control")}
+
+
+def test_cli_command(tmp_path):
+    records = make_records(tasks=("mrpc",), seeds=(0, 1), methods={"original": ["none"], "michel": ["fraction:0.5"]})
+    run = write_run(tmp_path / "run", records)
+    result = CliRunner().invoke(report_cmd, [str(run), "--no-plots", "--format", "md", "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    assert "## MRPC (acc)" in result.output and (tmp_path / "rep" / "report.md").exists()
+    bad = CliRunner().invoke(report_cmd, [str(run), "--format", "docx", "--no-plots"])
+    assert bad.exit_code != 0 and "unknown format" in bad.output
