@@ -76,8 +76,11 @@ def list_cmd() -> None:
 @click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",
               help="A method option, e.g. --option michel.mode=iterative (repeatable).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Run `bench report` on the folder at the end.")
+@click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out, data_dir, recover, options,
-            progress) -> None:
+            progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
     from benchmark.summary import markdown, write_summary
@@ -101,6 +104,11 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
               f"git: {runner.provenance['git_commit']}")
     table = write_summary(cfg.out, header=header)
     click.echo(markdown(table))
+    if report:
+        from benchmark.report import build_report
+
+        build_report([cfg.out], plots=plots, echo=False)
+        click.echo(f"report (tables, significance tests{', plots' if plots else ''}): {cfg.out}/report/")
     click.echo(f"wall time this invocation: {time.time() - start:.0f} s; records: {cfg.out}/records.jsonl")
     if runner.failures:
         click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
@@ -108,6 +116,14 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
             click.echo(f"  {f['cell']}: {f['error']}", err=True)
         sys.exit(1)
 
+
+def _register_report() -> None:
+    from benchmark.report import report_cmd
+
+    main.add_command(report_cmd)
+
+
+_register_report()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

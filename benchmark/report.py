@@ -40,7 +40,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import click
 import numpy as np
@@ -318,7 +318,16 @@ def _pick_reference(target: Unit, refs: list[Unit]) -> Unit | None:
 def _comparison_pairs(units: list[Unit], group: str, against: Sequence[str] | str) -> list[tuple[Unit, Unit, str]]:
     """(target, reference, kind) of every comparison of a table; ``kind`` is the reference name or "pair"."""
     if against == "all" or (not isinstance(against, str) and "all" in against):
-        return [(units[j], units[i], "pair") for i in range(len(units)) for j in range(i + 1, len(units))]
+        # every pair once; the reference is the earlier row unless the later row is a named reference
+        rank = {ORIGINAL: 0, CONTROL_NAME: 1, "auber": 2}
+        pairs = []
+        for i in range(len(units)):
+            for j in range(i + 1, len(units)):
+                target, ref = units[j], units[i]
+                if rank.get(target.name, 9) < rank.get(ref.name, 9):
+                    target, ref = ref, target
+                pairs.append((target, ref, ref.name if ref.name in rank else "pair"))
+        return pairs
     names = [against] if isinstance(against, str) else list(against)
     if group == RECOVER and CONTROL_NAME not in names:
         names.append(CONTROL_NAME)
@@ -383,6 +392,8 @@ def _compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, met
         if pa is not None and pb is not None and metric in stats.METRICS:
             sel = np.flatnonzero(keep)
             try:
+                if any(list(pa[1][i]) != list(pb[1][i]) for i in sel):
+                    raise ValueError("the two records of a seed hold different dev labels")
                 two = stats.two_level_bootstrap([pa[0][i] for i in sel], [pb[0][i] for i in sel],
                                                 [pa[1][i] for i in sel], metric, n_boot=n_boot_examples, seed=seed)
             except ValueError as exc:  # e.g. the two records of a seed scored different dev sets
@@ -442,7 +453,9 @@ def _num(v: float, digits: int = 2, sign: bool = False) -> str:
     if v is None or not np.isfinite(v):
         return "—"
     text = f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
-    return "0.00" if text in ("-0.00", "+0.00") and not sign else text.replace("-", "−")
+    if float(text) == 0:  # no "-0.00"
+        text = f"{0:+.{digits}f}" if sign else f"{0:.{digits}f}"
+    return text.replace("-", "−")
 
 
 def _pm(mean: float, sd: float) -> str:
@@ -492,7 +505,7 @@ def _tex(text: Any) -> str:
     s = s.replace("\x00", r"\textbackslash{}")
     for a, b in _TEX_SYMBOLS:
         s = s.replace(a, b)
-    return s
+    return re.sub(r"\*\*(.+?)\*\*", r"\\textbf{\1}", s)
 
 
 def _latex(df: pd.DataFrame, caption: str, label: str) -> str:
@@ -517,7 +530,7 @@ def _group_title(r: GroupResult) -> str:
 def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
     """The Table-2 layout of one (task, group) as text cells. ``which``: "all" seeds or "clean" seeds only."""
     metric = METRIC_LABEL.get(r.metric, r.metric)
-    refs = [k for k in r.references if k in (ORIGINAL, "auber", CONTROL_NAME)] or r.references[:2]
+    refs = r.references  # the --against names that had a reference row here (original, auber, control, ...)
     rows = []
     for u in r.units:
         s = r.unit_stats[u]
@@ -818,11 +831,11 @@ def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path
         u = next((v for v in r.units if v.name == name), None)
         if u is not None and np.isfinite(r.unit_stats[u]["mean"]):
             ax.axhline(r.unit_stats[u]["mean"], color=colors.get(name, "black"), linestyle=style, linewidth=1,
-                       label=f"{label} ({_num(r.unit_stats[u]['mean'])})", zorder=1)
+                       label=f"{label} ({_num(r.unit_stats[u]['mean'])})", zorder=2.5)
             values.append(r.unit_stats[u]["mean"])
     if np.isfinite(r.majority):
         ax.axhline(r.majority, color="#555555", linestyle=":", linewidth=1.2, label=f"majority ({_num(r.majority)})",
-                   zorder=1)
+                   zorder=2.5)
         values.append(r.majority)
     finite = [v for v in values if np.isfinite(v)]
     if finite:
@@ -1122,12 +1135,13 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     ns = sorted({len(r.seeds) for r in results})
     if ns:
         md.append("**What these seeds can show.** " + "; ".join(
-            f"n = {n} seeds: smallest exact two-sided p = {_p(stats.min_exact_p(n))}" for n in ns) +
+            f"n = {n} seed{'s' if n != 1 else ''}: smallest exact two-sided p = {_p(stats.min_exact_p(n))}"
+            for n in ns) +
             ". Exact paired tests cannot give p < 2/2^n (5 seeds never reach p < .05; protocol.md §5).\n")
     else:
         md.append("**No finished cells yet.**\n")
-    tex_parts = ["% bench report tables; needs \\usepackage{booktabs}\n"]
-    csv_tables: list[pd.DataFrame] = []
+    tex_parts = ["% bench report tables; needs \\usepackage{booktabs}. Wide tables: wrap the tabular in "
+                 "\\resizebox{\\textwidth}{!}{...} (graphicx) or use table*.\n"]
     for r in results:
         title = _group_title(r)
         table = task_table(r, "all")

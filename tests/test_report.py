@@ -5,7 +5,6 @@ One report with plots is built once per module (the slow part, a few seconds); t
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
@@ -248,7 +247,11 @@ def test_against_all_compares_every_pair(tmp_path):
     out = build_report([write_run(tmp_path / "run", records)], against="all", plots=False, echo=False,
                        formats="csv", n_boot=500, n_boot_examples=100)
     cf = pd.read_csv(out / "comparisons.csv")
-    assert len(cf[cf.seeds == "all"]) == 6  # 4 rows -> 4*3/2 pairs
+    allc = cf[cf.seeds == "all"]
+    assert len(allc) == 6  # 4 rows -> 4*3/2 pairs
+    # named references stay references: 3 vs original, 2 vs auber (random, michel), 1 plain pair (random - michel)
+    assert allc.kind.value_counts().to_dict() == {"original": 3, "auber": 2, "pair": 1}
+    np.testing.assert_allclose(allc.p_holm, multipletests(allc.p_exact, method="holm")[1])
     assert not (out / "report.md").exists() and not (out / "tables.tex").exists()
 
 

@@ -1,0 +1,121 @@
+"""Fine-tuning and evaluation: seeded determinism, fixed masks during training, early stopping, model loading."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, DistilBertConfig
+
+from benchmark import models, tasks, training
+from benchmark.config import ConfigError, parse_budget
+from methods.heads import UnsupportedArchitectureError, get_layout
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return models.load_tokenizer("minilm-l6")
+
+
+@pytest.fixture(scope="module")
+def wnli(glue_dir, tokenizer):
+    raw = tasks.load_task("wnli", glue_dir)
+    spec = tasks.get_task("wnli")
+    return spec, training.encode(raw["train"].select(range(40)), spec, tokenizer, 64)
+
+
+def _tiny(seed=0):
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=37, num_labels=2)
+    return BertForSequenceClassification(cfg)
+
+
+def test_same_seed_same_weights_and_predictions(wnli, tokenizer):
+    spec, data = wnli
+    cfg = training.TrainConfig(lr=1e-3, batch_size=8, epochs=2)
+    states, preds = [], []
+    for _ in range(2):
+        model, _ = training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=3, progress=False)
+        states.append(model.state_dict())
+        preds.append(training.predict(model, data, tokenizer, CPU))
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert np.array_equal(preds[0], preds[1])
+    other, _ = training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=4, progress=False)
+    assert not all(torch.equal(states[0][k], other.state_dict()[k]) for k in states[0])
+
+
+def test_fixed_mask_during_fine_tuning(wnli, tokenizer):
+    """A pruned head's output is multiplied by 0, so its Q/K/V weights get no gradient: with weight decay 0 they
+    stay exactly as they were, while kept heads' weights move."""
+    spec, data = wnli
+    model = _tiny()
+    layout = get_layout(model)
+    before = layout.value(0).weight.detach().clone()
+    mask = torch.ones(2, 4)
+    mask[0, 1] = 0
+    cfg = training.TrainConfig(lr=1e-3, batch_size=8, epochs=1, weight_decay=0.0)
+    training.fine_tune(model, data, tokenizer, CPU, cfg, seed=0, mask=mask, progress=False)
+    d = layout.head_size
+    after = layout.value(0).weight.detach()
+    assert torch.equal(after[d:2 * d], before[d:2 * d])  # head 1 of layer 0: untouched
+    assert not torch.equal(after[:d], before[:d])  # head 0 trained
+    # the hooks are gone after training
+    assert not layout.output_dense(0)._forward_pre_hooks
+
+
+def test_early_stopping_restores_the_best_state(wnli, tokenizer):
+    spec, data = wnli
+    scores = iter([0.5, 0.7, 0.6, 0.4, 0.9])
+    snapshots = []
+
+    def eval_fn(model):
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(scores)
+
+    cfg = training.TrainConfig(lr=1e-3, batch_size=8, epochs=5, early_stopping=True, patience=2)
+    model, info = training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=0, eval_fn=eval_fn, progress=False)
+    assert info["stopped_early"] and [h["score"] for h in info["history"]] == [0.5, 0.7, 0.6, 0.4]
+    assert info["best_score"] == 0.7
+    assert all(torch.equal(model.state_dict()[k], snapshots[1][k]) for k in snapshots[1])
+    with pytest.raises(ValueError, match="early_stopping needs an eval_fn"):
+        training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=0, progress=False)
+
+
+def test_evaluate_returns_all_metrics_and_predictions_in_order(glue_dir, tokenizer):
+    spec = tasks.get_task("mrpc")
+    raw = tasks.load_task(spec, glue_dir)
+    dev = training.encode(raw["validation"].select(range(30)), spec, tokenizer, 128)
+    model = models.load_classifier("minilm-l6", 2)
+    metrics, preds = training.evaluate(model, dev, spec, tokenizer, CPU)
+    assert set(metrics) == {"accuracy", "f1"} and preds.shape == (30,)
+    # batching by length must not reorder predictions: compare with one-at-a-time prediction
+    single = [int(training.predict(model, dev.select([i]), tokenizer, CPU)[0]) for i in range(30)]
+    assert preds.tolist() == single
+    assert metrics == tasks.compute_metrics(spec, preds, np.asarray(raw["validation"]["label"][:30]))
+
+
+def test_model_alias_and_unsupported_architecture(tmp_path):
+    path = models.resolve_model("minilm-l6")
+    assert (models.Path(path) / "config.json").exists()
+    assert models.check_architecture("minilm-l6").model_type == "bert"
+    DistilBertConfig(vocab_size=50, dim=32, n_layers=1, n_heads=2, hidden_dim=40).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedArchitectureError, match=r"model_type='distilbert'; supported: bert"):
+        models.check_architecture(str(tmp_path))
+
+
+def test_device_and_budget_parsing():
+    assert models.resolve_device("cpu").type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert models.resolve_device("auto").type == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            models.resolve_device("cuda")
+    assert parse_budget("fraction:0.3").target(72) == 22
+    assert parse_budget("heads:5").target(72) == 5
+    assert parse_budget("matched:auber").target(72) is None
+    with pytest.raises(ConfigError, match="the model has 72 heads"):
+        parse_budget("heads:80").target(72)
+    with pytest.raises(ConfigError, match="expected heads:K, fraction:F or matched:METHOD"):
+        parse_budget("half")
