@@ -74,6 +74,15 @@ def collate(examples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
             "labels": torch.stack([e["labels"] for e in examples])}
 
 
+def masked_logits(model: nn.Module, batch: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+    """``[B, num_labels]`` logits of ``model`` on ``batch`` with an optional ``[L, H]`` head mask."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    if mask is None:
+        return model(**inputs).logits
+    with apply_head_mask(model, mask):
+        return model(**inputs).logits
+
+
 def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None = 3,
                       n_train: int = 48, n_dev: int = 24) -> PruningContext:
     """A :class:`PruningContext` over synthetic splits, with simple evaluate / fine_tune callables.
@@ -114,13 +123,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
         m.eval()
         preds, labels = [], []
         for batch in batches(split, indices=indices):
-            inputs = {k: v for k, v in batch.items() if k != "labels"}
-            if mask is None:
-                logits = m(**inputs).logits
-            else:
-                with apply_head_mask(m, mask):
-                    logits = m(**inputs).logits
-            preds.append(logits.argmax(-1))
+            preds.append(masked_logits(m, batch, mask).argmax(-1))
             labels.append(batch["labels"])
         return metrics(torch.cat(preds), torch.cat(labels))
 
@@ -132,13 +135,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
         m.train()
         for epoch in range(max(1, int(round(epochs)))):
             for batch in batches(split, batch_size=batch_size, shuffle=True, seed=seed + epoch, indices=indices):
-                inputs = {k: v for k, v in batch.items() if k != "labels"}
-                if mask is None:
-                    logits = m(**inputs).logits
-                else:
-                    with apply_head_mask(m, mask):
-                        logits = m(**inputs).logits
-                loss = F.cross_entropy(logits, batch["labels"])
+                loss = F.cross_entropy(masked_logits(m, batch, mask), batch["labels"])
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

@@ -294,3 +294,47 @@ def test_michel_rejects_bad_options():
         methods.create("michel", estimator="batch").prune(model, ctx)
     with pytest.raises(ValueError, match="mode must be one of"):
         methods.create("michel", mode="twice").prune(model, ctx)
+
+
+def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypatch):
+    import importlib.metadata
+    import sys
+
+    from methods import registry
+
+    (tmp_path / "thirdparty_pruner.py").write_text(
+        "import torch\n"
+        "from methods import HeadPruner, PruningResult\n"
+        "class FirstHeads(HeadPruner):\n"
+        "    name = 'test-first-heads'\n"
+        "    summary = 'third-party example'\n"
+        "    def prune(self, model, context):\n"
+        "        mask = torch.ones(context.num_layers, context.num_heads)\n"
+        "        mask.view(-1)[: context.target_heads] = 0\n"
+        "        return PruningResult(mask=mask)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = importlib.metadata.EntryPoint(name="test-first-heads", value="thirdparty_pruner:FirstHeads",
+                                       group=registry.ENTRY_POINT_GROUP)
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: [ep] if group == registry.ENTRY_POINT_GROUP else real(group=group))
+    monkeypatch.setattr(registry, "_discovered", False)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    assert "test-first-heads" in methods.available_methods()
+    assert registry.method_source("test-first-heads") == "entry point thirdparty_pruner:FirstHeads"
+    check_pruner("test-first-heads", target_heads=2)
+    sys.modules.pop("thirdparty_pruner", None)
+
+
+def test_readme_adding_a_method_example_runs():
+    """The README's 'Adding a method' example is real code: it registers and passes the conformance check."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "# methods/magnitude.py" in b)
+    namespace: dict = {"__name__": "readme_example"}
+    exec(compile(block, "README.md", "exec"), namespace)
+    result = check_pruner("value-norm", target_heads=5)
+    assert result.scores is not None and result.scores.shape == (3, 4)
