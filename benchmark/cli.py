@@ -73,13 +73,16 @@ def list_cmd() -> None:
               help="GLUE folder in the original TSV layout. Default: $GLUE_DIR, else the HF hub.")
 @click.option("--recover/--no-recover", default=False, show_default=True,
               help="Also run the prune+recover condition and the fine-tuning control (protocol §4).")
+@click.option("--match-per-layer/--match-total", default=False, show_default=True,
+              help="With --budget matched:METHOD, also match METHOD's per-layer counts (used by random).")
 @click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",
               help="A method option, e.g. --option michel.mode=iterative (repeatable).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
-def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out, data_dir, recover, options,
+def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out, data_dir, recover, match_per_layer,
+            options,
             progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
@@ -88,7 +91,7 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
     try:
         cfg = make_run_config(out=out, preset=preset, methods_spec=methods_spec, tasks_spec=tasks_spec, seeds=seeds,
                               model=model, budget=budget, device=device, data_dir=data_dir, recover=recover,
-                              method_options=_parse_method_options(options), progress=progress)
+                              match_per_layer=match_per_layer, method_options=_parse_method_options(options), progress=progress)
         runner = Runner(cfg)
     except (ConfigError, tasks.DataError, methods.UnknownMethodError, methods.OptionError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -59,6 +59,7 @@ class RunConfig:
     device: str = "auto"
     data_dir: str | None = None
     recover: bool = False
+    match_per_layer: bool = False
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
 
@@ -206,12 +207,15 @@ class Runner:
             mini_dev_fraction=config.preset.mini_dev_fraction,
             device_type=self.device.type,
         )
+        self.budget_label = config.budget.label + ("/per-layer" if config.match_per_layer and config.budget.kind == "matched" else "")
         self._check_run_json()
         self.store = RecordStore(self.out)
         self.provenance = {"git_commit": _git_commit(), "versions": _versions(), "model": config.model,
                            "model_revision": self.experiment.model_revision,
                            "data_hashes": self.experiment.data_hashes, "config_hash": self.experiment.digest()}
         self.failures: list[dict[str, Any]] = []
+        # the last PruningResult, reused by the prune+recover cell of the same (task, seed, method)
+        self._pruned: dict[tuple[str, int, str], tuple[Any, float, dict[str, int]]] = {}
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -243,7 +247,7 @@ class Runner:
     # ------------------------------------------------------------------ cells
 
     def cell_key(self, task: str, seed: int, method: str, condition: str, options: dict[str, Any] | None) -> str:
-        budget = "none" if method == ORIGINAL else self.cfg.budget.label
+        budget = "none" if method == ORIGINAL else self.budget_label
         opts = "-" if method == ORIGINAL else config_hash(options or {})
         return f"{task}|seed={seed}|{method}|{budget}|{condition}|opts={opts}"
 
@@ -404,7 +408,7 @@ class Runner:
         if rec is None:
             raise RuntimeError(f"budget {budget.label}: the {setter} cell of {spec.name} seed {seed} has no record "
                                f"(it failed or has not run); cannot match its head count")
-        per_layer = [int(sum(1 for v in row if v == 0)) for row in rec["mask"]]
+        per_layer = [int(sum(1 for v in row if v == 0)) for row in rec["mask"]] if self.cfg.match_per_layer else None
         return rec["budget"]["achieved"], per_layer, f"{budget.label} ({setter} pruned {rec['budget']['achieved']})"
 
     def _run_cell(self, data: TaskData, seed: int, base, splits, method: str, condition: str) -> dict[str, Any]:
@@ -429,11 +433,18 @@ class Runner:
             target, per_layer, budget_note = (None, None, "sets the budget") if is_setter else self._target(spec, seed, total)
             if target is None and pruner.needs_target and not is_setter:
                 raise ConfigError(f"method '{method}' needs a head budget")
-            ctx = self._context(data, seed, splits, counter, target, per_layer, layout)
-            work = training.clone_model(base)
-            t_prune = time.time()
-            result = pruner.prune(work, ctx)
-            prune_s = time.time() - t_prune
+            cache_key = (spec.name, seed, method)
+            if cache_key in self._pruned:  # the prune-only cell of this method just ran: same mask, no recompute
+                result, prune_s, prune_cost = self._pruned[cache_key]
+                counter.forward += prune_cost["forward_examples"]
+                counter.backward += prune_cost["backward_examples"]
+            else:
+                ctx = self._context(data, seed, splits, counter, target, per_layer, layout)
+                work = training.clone_model(base)
+                t_prune = time.time()
+                result = pruner.prune(work, ctx)
+                prune_s = time.time() - t_prune
+                self._pruned = {cache_key: (result, prune_s, counter.as_dict())}  # keep one: models are large
             mask = check_mask(result.mask, layout.num_layers, layout.num_heads, where=f"method '{method}' result")
             scores = None if result.scores is None else result.scores.detach().cpu().float().tolist()
             trace = result.trace
@@ -461,7 +472,7 @@ class Runner:
             "method": method,
             "method_options": options,
             "condition": condition,
-            "budget": {"spec": "none" if method == ORIGINAL else self.cfg.budget.label, "target": target,
+            "budget": {"spec": "none" if method == ORIGINAL else self.budget_label, "target": target,
                        "achieved": achieved, "note": budget_note},
             "heads_total": total,
             "heads_pruned": achieved,
@@ -494,7 +505,7 @@ class Runner:
 
 def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_spec: str, seeds: str | None,
                     model: str | None, budget: str | None, device: str, data_dir: str | None, recover: bool,
-                    method_options: dict[str, dict[str, Any]] | None = None, progress: bool = True) -> RunConfig:
+                    match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None, progress: bool = True) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"``; ``None`` = the preset's.
@@ -527,4 +538,5 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
             raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
                      budget=parse_budget(budget or p.budget), model=model or p.model, device=device,
-                     data_dir=data_dir, recover=recover, method_options=method_options or {}, progress=progress)
+                     data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
+                     method_options=method_options or {}, progress=progress)

@@ -155,7 +155,7 @@ def test_matched_budget_and_recover_control(tmp_path, glue_dir):
     with pytest.raises(ConfigError, match="michel itself needs a head count"):
         Runner(_config(tmp_path, glue_dir, methods_spec="random,michel", budget="matched:michel"))
     _run(tmp_path, glue_dir, methods_spec="random,michel,test-self-budgeted", tasks_spec="wnli",
-         budget="matched:test-self-budgeted", recover=True)
+         budget="matched:test-self-budgeted", recover=True, match_per_layer=True)
     recs = {(r["method"], r["condition"]): r for r in RecordStore(tmp_path).records()}
     assert set(recs) == {("original", "prune-only"), ("original", "control"), ("michel", "prune-only"),
                          ("michel", "prune+recover"), ("random", "prune-only"), ("random", "prune+recover"),
@@ -164,11 +164,15 @@ def test_matched_budget_and_recover_control(tmp_path, glue_dir):
     assert setter["heads_pruned"] == 7 and setter["budget"]["target"] is None
     assert recs[("michel", "prune-only")]["heads_pruned"] == 7
     assert recs[("random", "prune-only")]["budget"]["target"] == setter["heads_pruned"]
-    # per-layer counts are matched too (random's per_layer option defaults to True)
+    assert setter["budget"]["spec"] == "matched:test-self-budgeted/per-layer"
+    # per-layer counts are matched too (--match-per-layer; random's per_layer option defaults to True)
     per_layer = lambda r: [sum(v == 0 for v in row) for row in r["mask"]]
     assert per_layer(recs[("random", "prune-only")]) == per_layer(setter)
     # recover keeps the mask; the control is the unpruned model fine-tuned with the same budget
     assert recs[("random", "prune+recover")]["mask"] == recs[("random", "prune-only")]["mask"]
+    assert recs[("michel", "prune+recover")]["scores"] == recs[("michel", "prune-only")]["scores"]
+    # the recover cell reuses the prune-only result (no second pruning pass) but still counts its cost
+    assert recs[("michel", "prune+recover")]["cost"]["prune_wall_s"] == recs[("michel", "prune-only")]["cost"]["prune_wall_s"]
     assert recs[("original", "control")]["heads_pruned"] == 0
     assert recs[("original", "control")]["predictions"] != recs[("original", "prune-only")]["predictions"] or \
         recs[("original", "control")]["cost"]["backward_examples"] > 0

@@ -1,0 +1,391 @@
+"""AUBER: Automated BERT Regularization (Lee, Lee, Kang; arXiv 2009.14409; PLOS ONE 16(6):e0253241, 2021).
+
+A DQN agent prunes attention heads layer by layer ("dually greedy", paper §3.1): for each layer it learns, from
+rewards = 100 x the change of a mini-validation metric, which heads to prune one at a time and when to stop;
+the layer's greedy policy is applied, the model is fine-tuned on a mini-training split, and the next layer's
+state is computed from the fine-tuned model (paper §3.2, §3.4, Algorithm 1). The method decides how many heads
+to prune, so it can set the budget of the others (``--budget matched:auber``).
+
+Faithful to the paper and to the official code (snudatalab/AUBER@239091f; shared/reference/methods.md §1, read
+line by line); written from scratch. Modules: :mod:`~methods.auber.state` (state vector),
+:mod:`~methods.auber.dqn` (network, replay, epsilon-greedy, optimisation, one layer's episodes),
+:mod:`~methods.auber.rewards` (fast in-process reward evaluation).
+
+Per layer ``l`` (bottom to top; ``reverse`` = top to bottom, the paper's AUBER-Reverse, §4.3.3):
+
+1. Redraw a seeded split of the whole train-derived pool (context split ``"train"``): each example goes to the
+   mini-dev with probability ``minidev_fraction`` (0.25), otherwise to the mini-train (code
+   ``utils.split_train``: ``random.uniform(0, 1) < 0.25`` per row, redrawn for every layer). Never the GLUE dev
+   split (the code prints dev scores; we do not read them at all).
+2. State ``s_l`` = softmax(z-score(per-head norm of the layer's value weights)), :mod:`methods.auber.state`.
+3. ``episodes`` episodes of the DQN search with rewards on the mini-dev (forward only, head masks on the current
+   model, memoised per pruned set), :mod:`methods.auber.dqn`.
+4. The greedy policy from ``s_l`` gives the layer's pruned heads; when there is at least one, fine-tune the
+   masked model on the mini-train (code: ``run_glue.py --do_train``, 3 epochs, batch 32, lr = ``-lr``; the
+   demo script uses 2e-6, the CLI default is 2e-5; the paper: "fine-tuned with a smaller learning rate").
+After the last layer: the final fine-tune with early stopping (paper §3.2 "When all layers are pruned by AUBER,
+the final model is fine-tuned with the entire training dataset with early stopping"; not in the code, see
+``final_finetune``).
+
+Paper/code discrepancies and the choice made (each is an option):
+
+* state norm: paper L1 (§3.3), code Frobenius/L2 -> ``norm="l1"`` default, ``"l2"`` = ``auber-l2``;
+* Q(stop): the paper calls the stop reward a hyper-parameter; the code gives stop reward 0 and overwrites Q(stop)
+  with 0.2 (never learned) -> ``stop_q=0.2``, ``learned_stop=False``;
+* final fine-tune with early stopping: paper only -> ``final_finetune=True``; its held-out slice, patience and lr
+  are not given (the numbers are lost from the paper text we have): a seeded ``final_holdout_fraction`` of the
+  pool, ``final_patience``, ``final_lr`` [INFERRED];
+* fine-tune recipe of the code (HF ``run_glue`` v3.5 Trainer defaults): AdamW, linear decay, no warmup, no
+  weight decay -> ``finetune_warmup_ratio=0``, ``finetune_weight_decay=0``;
+* episodes: code CLI default 1, demo and paper 150 -> ``episodes=150``.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from methods.auber.dqn import DQNConfig, LayerSearch
+from methods.auber.rewards import (FastScorer, FastScorerUnsupported, Memo, NaiveScorer, layer_mask,
+                                   length_sorted_batches)
+from methods.auber.state import NORMS, SOURCES, layer_state
+from methods.base import HeadPruner, PruningContext, PruningResult
+from methods.heads import get_layout
+from methods.registry import register
+
+__all__ = ["AuberPruner", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
+
+# Salts of the context's seeded generators (independent streams per purpose and layer).
+SALT_SPLIT, SALT_DQN, SALT_FINAL = 31_000, 32_000, 33_000
+
+ScoreFunction = Callable[[int, frozenset], float]
+"""Test hook: ``score(layer, pruned_heads_of_that_layer) -> metric`` replacing the model's mini-dev metric."""
+
+
+class _ContextScorer:
+    """Rewards through ``context.evaluate`` (used when the context has no ``compute_metrics``)."""
+
+    def __init__(self, model, context: PruningContext, layer: int, base_mask: torch.Tensor, indices: list[int]):
+        self.model, self.context, self.layer, self.base_mask, self.indices = model, context, layer, base_mask, indices
+        self.evals = 0
+
+    def score_many(self, sets):
+        out = []
+        for pruned in sets:
+            mask = layer_mask(self.base_mask, self.layer, pruned)
+            metrics = self.context.evaluate(self.model, mask, split="train", indices=self.indices)
+            out.append(float(metrics[self.context.primary_metric]))
+            self.evals += 1
+        return out
+
+
+class _OverrideScorer:
+    """Rewards from a test's score function."""
+
+    def __init__(self, fn: ScoreFunction, layer: int):
+        self.fn, self.layer, self.evals = fn, layer, 0
+
+    def score_many(self, sets):
+        self.evals += len(sets)
+        return [float(self.fn(self.layer, frozenset(s))) for s in sets]
+
+
+@register
+class AuberPruner(HeadPruner):
+    """AUBER (Lee et al. 2020): layer-wise DQN head pruning with mini-dev rewards and per-layer fine-tuning.
+
+    Options (defaults: official code ``snudatalab/AUBER@239091f`` / paper arXiv 2009.14409; methods.md §1):
+        episodes (int, 150): episodes per layer (``script/demo.sh -num_episodes 150``; CLI default 1).
+        state (str, "value"): projection whose per-head norms form the state: "value" (paper §3.3),
+            "query" / "key" (Table 3 AUBER-Query / AUBER-Key; code ``-state``).
+        norm (str, "l1"): "l1" (paper §3.3) or "l2" (the code's Frobenius norm; Table 3 AUBER-L2).
+        reverse (bool, False): process layers top to bottom (Table 3 AUBER-Reverse, §4.3.3).
+        minidev_fraction (float, 0.25): per-layer share of the pool drawn into the mini-dev (code
+            ``split_train``: ``x < 0.25``).
+        minidev_max_examples (int, 0): cap on the mini-dev actually scored, a seeded subset (0 = all). A sizing
+            knob for CPU runs; not in the paper.
+        minitrain_max_examples (int, 0): cap on the per-layer fine-tune's mini-train (0 = all). Sizing knob.
+        layer_finetune_epochs (float, 3.0): fine-tune epochs after a layer with pruned heads (code scripts
+            ``--num_train_epochs 3.0``); 0 skips it.
+        layer_finetune_lr (float, 2e-6): its learning rate (``demo.sh -lr 2e-6``; CLI default 2e-5; paper "a
+            smaller learning rate").
+        finetune_batch_size (int, 32): batch size of every fine-tune (``--per_gpu_train_batch_size 32``).
+        finetune_warmup_ratio (float, 0.0), finetune_weight_decay (float, 0.0): HF run_glue v3.5 Trainer
+            defaults used by the code (no warmup, no weight decay); the runner's recipe supplies the rest
+            (AdamW, linear decay, gradient clipping 1.0).
+        final_finetune (bool, True): after the last layer, fine-tune on the pool with early stopping (paper
+            §3.2; not in the code).
+        final_holdout_fraction (float, 0.1): seeded held-out slice of the pool for its early stopping
+            [INFERRED: the paper does not say what it stops on].
+        final_epochs (float, 3.0), final_lr (float, 2e-6), final_patience (int, 2), final_evals_per_epoch
+            (int, 2): the final fine-tune [INFERRED: the paper's values are not in the text we have].
+        hidden_size (int, 512), replay_capacity (int, 5000), dqn_batch_size (int, 128), gamma (float, 1.0),
+            dqn_lr (float, 0.03), dqn_momentum (float, 0.9), grad_clamp (float, 1.0), eps_start (float, 1.0),
+            eps_end (float, 0.05), eps_decay (float, 256.0), target_update (int, 35), stop_q (float, 0.2),
+            learned_stop (bool, False), pruned_q (float, -5.0), reward_scale (float, 100.0): the DQN, see
+            :class:`methods.auber.dqn.DQNConfig` (code ``agent.py``, ``train.py``).
+        fast_rewards (bool, True): cached-prefix reward evaluation (:class:`methods.auber.rewards.FastScorer`);
+            False = a full masked forward per reward. Both give the same decisions.
+        memoize (bool, True): memoise the score per pruned set within a layer (the code's ``transitions``).
+        reward_batch_size (int, 64): mini-dev examples per forward batch (length-sorted).
+
+    Returns ``retrained=True`` with the fine-tuned model (a deep copy; the input model is untouched) when any
+    fine-tune ran, ``scores`` = each layer's initial state ``s_l`` (``[L, H]``, rows sum to 1; higher = larger
+    weight norm), and ``trace["layers"]``: per processed layer ``{"layer", "episodes", "rewards"`` (total reward
+    per episode) ``, "epsilon"`` (final) ``, "pruned", "minidev_before", "minidev_after",
+    "minidev_after_finetune", "seconds", "reward_evals", "cache_hits", ...}``.
+
+    Raises:
+        ValueError: an option out of range (at construction).
+    """
+
+    name = "auber"
+    summary = "AUBER (Lee et al. 2020): layer-wise DQN head pruning, mini-dev rewards, per-layer fine-tuning"
+    exact_budget = False
+    needs_target = False
+    defaults = {
+        "episodes": 150, "state": "value", "norm": "l1", "reverse": False,
+        "minidev_fraction": 0.25, "minidev_max_examples": 0, "minitrain_max_examples": 0,
+        "layer_finetune_epochs": 3.0, "layer_finetune_lr": 2e-6, "finetune_batch_size": 32,
+        "finetune_warmup_ratio": 0.0, "finetune_weight_decay": 0.0,
+        "final_finetune": True, "final_holdout_fraction": 0.1, "final_epochs": 3.0, "final_lr": 2e-6,
+        "final_patience": 2, "final_evals_per_epoch": 2,
+        "hidden_size": 512, "replay_capacity": 5000, "dqn_batch_size": 128, "gamma": 1.0, "dqn_lr": 0.03,
+        "dqn_momentum": 0.9, "grad_clamp": 1.0, "eps_start": 1.0, "eps_end": 0.05, "eps_decay": 256.0,
+        "target_update": 35, "stop_q": 0.2, "learned_stop": False, "pruned_q": -5.0, "reward_scale": 100.0,
+        "fast_rewards": True, "memoize": True, "reward_batch_size": 64,
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._score_fn: ScoreFunction | None = None
+        self._validate()
+
+    def _validate(self) -> None:
+        o = self.options
+        if o["state"] not in SOURCES:
+            raise ValueError(f"auber: option state must be one of {SOURCES}, got {o['state']!r}")
+        if o["norm"] not in NORMS:
+            raise ValueError(f"auber: option norm must be one of {NORMS}, got {o['norm']!r}")
+        for key in ("minidev_fraction", "final_holdout_fraction"):
+            if not 0.0 < o[key] < 1.0:
+                raise ValueError(f"auber: option {key} must be in (0, 1), got {o[key]}")
+        positive = ("hidden_size", "replay_capacity", "dqn_batch_size", "target_update", "reward_batch_size",
+                    "finetune_batch_size", "final_patience", "final_evals_per_epoch")
+        for key in positive:
+            if o[key] < 1:
+                raise ValueError(f"auber: option {key} must be >= 1, got {o[key]}")
+        non_negative = ("episodes", "minidev_max_examples", "minitrain_max_examples", "layer_finetune_epochs",
+                        "final_epochs", "eps_decay", "grad_clamp")
+        for key in non_negative:
+            if o[key] < 0:
+                raise ValueError(f"auber: option {key} must be >= 0, got {o[key]}")
+        if o["eps_decay"] == 0:
+            raise ValueError("auber: option eps_decay must be > 0")
+        if o["dqn_batch_size"] > o["replay_capacity"]:
+            raise ValueError("auber: option dqn_batch_size must not exceed replay_capacity")
+
+    def set_score_function(self, fn: ScoreFunction | None) -> "AuberPruner":
+        """Test hook: replace the mini-dev metric by ``fn(layer, pruned_heads) -> float`` (no model evaluation).
+        Returns ``self``."""
+        self._score_fn = fn
+        return self
+
+    def dqn_config(self) -> DQNConfig:
+        o = self.options
+        return DQNConfig(hidden_size=o["hidden_size"], replay_capacity=o["replay_capacity"],
+                         batch_size=o["dqn_batch_size"], gamma=o["gamma"], lr=o["dqn_lr"],
+                         momentum=o["dqn_momentum"], grad_clamp=o["grad_clamp"], eps_start=o["eps_start"],
+                         eps_end=o["eps_end"], eps_decay=o["eps_decay"], target_update=o["target_update"],
+                         stop_q=o["stop_q"], learned_stop=o["learned_stop"], pruned_q=o["pruned_q"],
+                         reward_scale=o["reward_scale"])
+
+    # ------------------------------------------------------------------ data splits
+
+    def layer_split(self, context: PruningContext, pool_size: int, layer: int) -> tuple[list[int], list[int]]:
+        """(mini-dev, mini-train) indices of the pool for ``layer``: each example goes to the mini-dev with
+        probability ``minidev_fraction`` (seeded by the cell seed and the layer), then the optional caps (seeded
+        subsets). Both parts are non-empty when the pool has two or more examples."""
+        o = self.options
+        gen = context.generator(salt=SALT_SPLIT + layer)
+        draws = torch.rand(pool_size, generator=gen)
+        dev = torch.nonzero(draws < o["minidev_fraction"]).flatten().tolist()
+        train = torch.nonzero(draws >= o["minidev_fraction"]).flatten().tolist()
+        if pool_size >= 2 and not dev:
+            moved = int(torch.argmin(draws))
+            dev, train = [moved], [i for i in train if i != moved]
+        if pool_size >= 2 and not train:
+            moved = int(torch.argmax(draws))
+            train, dev = [moved], [i for i in dev if i != moved]
+        for key, part in (("minidev_max_examples", dev), ("minitrain_max_examples", train)):
+            cap = o[key]
+            if cap and len(part) > cap:
+                keep = torch.randperm(len(part), generator=gen)[:cap].tolist()
+                part[:] = sorted(part[i] for i in keep)
+        return dev, train
+
+    def final_split(self, context: PruningContext, pool_size: int) -> tuple[list[int], list[int]]:
+        """(train, held-out) indices of the pool for the final fine-tune (a seeded ``final_holdout_fraction``)."""
+        perm = torch.randperm(pool_size, generator=context.generator(salt=SALT_FINAL)).tolist()
+        k = min(pool_size - 1, max(1, int(round(self.options["final_holdout_fraction"] * pool_size))))
+        return sorted(perm[k:]), sorted(perm[:k])
+
+    # ------------------------------------------------------------------ rewards
+
+    def _scorer(self, model: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
+                dev_idx: list[int]):
+        """The reward scorer of one layer and its kind ("override", "fast", "naive" or "context")."""
+        if self._score_fn is not None:
+            return _OverrideScorer(self._score_fn, layer), "override", None
+        if context.compute_metrics is None:
+            return _ContextScorer(model, context, layer, mask, dev_idx), "context", None
+        batches = length_sorted_batches(context.batches, dev_idx, self.options["reward_batch_size"])
+        primary = context.primary_metric
+
+        def metric(preds, labels) -> float:
+            return float(context.compute_metrics(preds, labels)[primary])
+
+        if self.options["fast_rewards"]:
+            try:
+                return FastScorer(model, batches, layer, mask, metric), "fast", batches
+            except FastScorerUnsupported as exc:
+                context.log(f"auber: fast rewards unavailable ({exc}); using full forward passes")
+        return NaiveScorer(model, batches, layer, mask, metric), "naive", batches
+
+    # ------------------------------------------------------------------ the method
+
+    def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        o = self.options
+        work = copy.deepcopy(model).eval()
+        layout = get_layout(work)
+        num_layers, num_heads = layout.num_layers, layout.num_heads
+        pool = int(context.num_examples("train"))
+        if pool < 2:
+            raise ValueError(f"auber: the train pool has {pool} example(s); need at least 2 for the splits")
+        cfg = self.dqn_config()
+        order = list(range(num_layers))[::-1] if o["reverse"] else list(range(num_layers))
+        mask = torch.ones(num_layers, num_heads)
+        states = torch.zeros(num_layers, num_heads)
+        layers_trace: list[dict[str, Any]] = []
+        retrained = False
+        start_all = time.perf_counter()
+        for layer in order:
+            start = time.perf_counter()
+            dev_idx, train_idx = self.layer_split(context, pool, layer)
+            state0 = layer_state(work, layer, o["state"], o["norm"])
+            states[layer] = state0
+            scorer, kind, batches = self._scorer(work, context, layer, mask, dev_idx)
+            memo = Memo(scorer, enabled=o["memoize"])
+            before = memo.score(())
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator(salt=SALT_DQN + layer)))
+            search = LayerSearch(state0, memo.score_many, before, cfg, seed=seed)
+            search.run(o["episodes"])
+            chosen = search.greedy()
+            after = memo.score(chosen) if chosen else before
+            search_seconds = time.perf_counter() - start
+            mask[layer, chosen] = 0.0
+            after_ft = None
+            finetune_seconds = 0.0
+            if chosen and o["layer_finetune_epochs"] > 0:
+                t_ft = time.perf_counter()
+                work = context.fine_tune(
+                    work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=dev_idx,
+                    epochs=o["layer_finetune_epochs"], lr=o["layer_finetune_lr"], batch_size=o["finetune_batch_size"],
+                    early_stopping=False, warmup_ratio=o["finetune_warmup_ratio"],
+                    weight_decay=o["finetune_weight_decay"]) or work
+                work.eval()
+                retrained = True
+                finetune_seconds = time.perf_counter() - t_ft
+                if kind in ("fast", "naive"):
+                    after_ft = NaiveScorer(work, batches, layer, mask, scorer.metric).score(chosen)
+                elif kind == "context":
+                    after_ft = _ContextScorer(work, context, layer, mask, dev_idx).score_many([chosen])[0]
+            entry = {
+                "layer": layer,
+                "episodes": o["episodes"],
+                "rewards": [round(e.total_reward, 6) for e in search.episodes],
+                "epsilon": search.epsilon,
+                "pruned": sorted(int(h) for h in chosen),
+                "pruned_order": [int(h) for h in chosen],
+                "minidev_before": before,
+                "minidev_after": after,
+                "minidev_after_finetune": after_ft,
+                "seconds": round(time.perf_counter() - start, 3),
+                "search_seconds": round(search_seconds, 3),
+                "finetune_seconds": round(finetune_seconds, 3),
+                "reward_evals": memo.evals,
+                "cache_hits": memo.hits,
+                "reward_path": kind,
+                "steps": search.steps_done,
+                "optim_steps": search.optim_steps,
+                "minidev_size": len(dev_idx),
+                "minitrain_size": len(train_idx),
+                "state": [round(float(v), 6) for v in state0],
+            }
+            if kind == "fast":
+                entry["cache_build_seconds"] = round(scorer.build_seconds, 3)
+            layers_trace.append(entry)
+            context.log(f"auber: layer {layer}: pruned {entry['pruned']} (mini-dev {before:.4f} -> {after:.4f}; "
+                        f"{memo.evals} evals, {memo.hits} memo hits, {entry['seconds']:.1f} s)")
+        final: dict[str, Any] = {"ran": False}
+        if o["final_finetune"]:
+            t_final = time.perf_counter()
+            train_idx, held_idx = self.final_split(context, pool)
+            work = context.fine_tune(
+                work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=held_idx,
+                epochs=o["final_epochs"], lr=o["final_lr"], batch_size=o["finetune_batch_size"], early_stopping=True,
+                patience=o["final_patience"], evals_per_epoch=o["final_evals_per_epoch"],
+                warmup_ratio=o["finetune_warmup_ratio"], weight_decay=o["finetune_weight_decay"]) or work
+            work.eval()
+            retrained = True
+            final = {"ran": True, "train_examples": len(train_idx), "heldout_examples": len(held_idx),
+                     "seconds": round(time.perf_counter() - t_final, 3)}
+        trace = {
+            "layers": layers_trace,
+            "order": order,
+            "heads_pruned": int((mask == 0).sum()),
+            "per_layer": [int((mask[layer] == 0).sum()) for layer in range(num_layers)],
+            "final_finetune": final,
+            "seconds": round(time.perf_counter() - start_all, 3),
+        }
+        return PruningResult(mask=mask, scores=states, retrained=retrained, model=work if retrained else None,
+                             trace=trace)
+
+
+@register
+class AuberQueryPruner(AuberPruner):
+    """AUBER with the state from the query weights (paper Table 3, AUBER-Query, §4.3.1)."""
+
+    name = "auber-query"
+    summary = "AUBER ablation: state from the query-projection norms (paper Table 3)"
+    defaults = {**AuberPruner.defaults, "state": "query"}
+
+
+@register
+class AuberKeyPruner(AuberPruner):
+    """AUBER with the state from the key weights (paper Table 3, AUBER-Key, §4.3.1)."""
+
+    name = "auber-key"
+    summary = "AUBER ablation: state from the key-projection norms (paper Table 3)"
+    defaults = {**AuberPruner.defaults, "state": "key"}
+
+
+@register
+class AuberL2Pruner(AuberPruner):
+    """AUBER with the L2 norm of the value weights (paper Table 3, AUBER-L2, §4.3.2; the official code's norm)."""
+
+    name = "auber-l2"
+    summary = "AUBER ablation: L2 (Frobenius) norm of the value weights, as the official code computes"
+    defaults = {**AuberPruner.defaults, "norm": "l2"}
+
+
+@register
+class AuberReversePruner(AuberPruner):
+    """AUBER processing the layers top to bottom (paper Table 3, AUBER-Reverse, §4.3.3)."""
+
+    name = "auber-reverse"
+    summary = "AUBER ablation: layers processed from the top down (paper Table 3)"
+    defaults = {**AuberPruner.defaults, "reverse": True}

@@ -1,0 +1,330 @@
+"""Zero-shot pruning from attention redundancy, after Bian, Huang, Cai, Yuan, Church, "On Attention Redundancy: A
+Comprehensive Study", NAACL 2021 (pp. 930-945).
+
+RECONSTRUCTION: the paper has no official code and its full text was not available (shared/reference/methods.md
+§7); only the abstract is verified. The abstract says that redundancy matrices (head-by-head distances between
+attention maps, token-based or sentence-based) show a clear cluster structure that is the same for the pre-trained
+and fine-tuned BERT, task-agnostic, and present even on *randomly generated token sequences*, and proposes "a
+simple zero-shot pruning method" from it. The procedure below is our reconstruction of such a method
+(methods.md §7, "Bian-style"), not the paper's verified algorithm:
+
+1. Take the *pre-trained* encoder (``context.load_pretrained()``; option ``model_source="finetuned"`` uses the
+   fine-tuned base instead), eval mode, eager attention.
+2. Draw ``num_sequences`` random sequences of ``seq_length`` tokens: ``[CLS] t_1 ... t_{T-2} [SEP]`` with every
+   ``t_i`` uniform over the vocabulary minus ``tokenizer_info["special_ids"]``; no padding, token type 0.
+   No task data is read.
+3. Token-based redundancy matrix over the N = L*H heads (:func:`redundancy_matrix`):
+   ``D[a, b] = mean over sequences x and query positions i of d(A_a(x)[i, :], A_b(x)[i, :])`` with ``d`` the
+   Jensen-Shannon distance (square root of the JS divergence in bits; default) or the cosine distance
+   ``1 - cos`` (option ``distance="cosine"``). Both lie in [0, 1] for attention rows, so no rescaling is needed.
+   D is symmetric with a zero diagonal by construction.
+4. Agglomerative clustering of the heads on D (scipy, ``linkage`` default "average") cut into exactly C clusters,
+   C = number of heads to keep = ``total - context.target_heads`` (``scipy.cluster.hierarchy.cut_tree``).
+5. Keep each cluster's medoid (the member with the smallest summed distance to the other members; ties to the
+   lower flat index) and prune every other head. Exactly ``target_heads`` heads are pruned; whole layers may go.
+
+The recovery fine-tune of the benchmark's "prune + recover" condition plays the role of the paper's fine-tuning.
+
+Cache: the matrix depends only on the model, the seed and the options of step 2-3, never on the task, so it is
+kept in an in-process dict keyed by (a digest of the model's config and weights, ``context.seed``, num_sequences,
+seq_length, distance, batch_size, vocabulary and special ids). Every task and budget of the same model and seed then
+reuses it (only the cheap clustering reruns). ``cache=False`` recomputes; :func:`clear_cache` empties it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from methods.attention import attention_maps
+from methods.base import HeadPruner, PruningContext, PruningResult
+from methods.registry import register
+
+DISTANCES = ("js", "cosine")
+LINKAGES = ("average", "complete", "single", "weighted")
+SOURCES = ("pretrained", "finetuned")
+
+_CACHE: dict[tuple, torch.Tensor] = {}
+
+
+def clear_cache() -> None:
+    """Forget every cached redundancy matrix."""
+    _CACHE.clear()
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def random_token_batches(tokenizer_info: dict[str, Any], num_sequences: int, seq_length: int, batch_size: int,
+                         generator: torch.Generator, device: torch.device | str = "cpu") -> Iterator[dict[str, torch.Tensor]]:
+    """Batches of ``[CLS] random tokens [SEP]`` of fixed length, tokens uniform over the vocabulary minus the
+    special ids (step 2 of the module docstring). Yields ``input_ids``, ``attention_mask`` (all ones) and
+    ``token_type_ids`` (zeros), each ``[B, seq_length]``.
+
+    Raises:
+        ValueError: missing ``vocab_size``/``cls_token_id``/``sep_token_id``, ``seq_length < 3``, or no ordinary
+            token left in the vocabulary.
+    """
+    for key in ("vocab_size", "cls_token_id", "sep_token_id"):
+        if tokenizer_info.get(key) is None:
+            raise ValueError(f"redundancy: tokenizer_info has no {key!r}")
+    if seq_length < 3:
+        raise ValueError(f"redundancy: seq_length must be >= 3, got {seq_length}")
+    special = {int(i) for i in tokenizer_info.get("special_ids") or []}
+    special |= {int(tokenizer_info["cls_token_id"]), int(tokenizer_info["sep_token_id"])}
+    if tokenizer_info.get("pad_token_id") is not None:
+        special.add(int(tokenizer_info["pad_token_id"]))
+    allowed = torch.tensor([i for i in range(int(tokenizer_info["vocab_size"])) if i not in special], dtype=torch.long)
+    if allowed.numel() == 0:
+        raise ValueError("redundancy: the vocabulary has no ordinary (non-special) token")
+    done = 0
+    while done < num_sequences:
+        b = min(batch_size, num_sequences - done)
+        body = allowed[torch.randint(0, allowed.numel(), (b, seq_length - 2), generator=generator)]
+        ids = torch.cat([torch.full((b, 1), int(tokenizer_info["cls_token_id"])), body,
+                         torch.full((b, 1), int(tokenizer_info["sep_token_id"]))], dim=1)
+        yield {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device),
+               "token_type_ids": torch.zeros_like(ids).to(device)}
+        done += b
+
+
+# --------------------------------------------------------------------------------------------- distances
+
+
+def pairwise_head_distances(attn: torch.Tensor, distance: str = "js",
+                            query_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Summed token-based distances between every pair of heads for one batch of attention maps.
+
+    Args:
+        attn: ``[L, B, H, T, T]`` attention probabilities (rows sum to 1), as from
+            :func:`methods.attention.attention_maps`.
+        distance: ``"js"`` (Jensen-Shannon distance, bits, in [0, 1]) or ``"cosine"`` (``1 - cos``, in [0, 1]
+            for non-negative rows).
+        query_mask: optional ``[B, T]`` 1 for the query rows to count (default: all rows).
+
+    Returns:
+        (``[N, N]`` float64 sums over the counted rows of ``d(A_a[i, :], A_b[i, :])`` with N = L*H in layer-major
+        order, symmetric with a zero diagonal; number of rows counted).
+
+    Raises:
+        ValueError: unknown distance or wrong shape.
+    """
+    if distance not in DISTANCES:
+        raise ValueError(f"redundancy: distance must be one of {DISTANCES}, got {distance!r}")
+    if attn.dim() != 5:
+        raise ValueError(f"redundancy: expected attention maps [L, B, H, T, T], got {list(attn.shape)}")
+    num_layers, batch, num_heads, tokens, _ = attn.shape
+    n = num_layers * num_heads
+    rows = attn.permute(0, 2, 1, 3, 4).reshape(n, batch * tokens, tokens)
+    if query_mask is not None:
+        keep = query_mask.reshape(-1).bool().to(rows.device)
+        rows = rows[:, keep]
+    count = int(rows.shape[1])
+    out = torch.zeros(n, n, dtype=torch.float64)
+    if count == 0:
+        return out, 0
+    if distance == "cosine":
+        rows = rows.double()
+        unit = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        # per row i: cos[a, b] = <u_a[i], u_b[i]>; summed over rows -> einsum over the row axis
+        cos = torch.einsum("art,brt->ab", unit, unit)
+        out = (count - cos).cpu()
+        out.fill_diagonal_(0.0)
+        out = 0.5 * (out + out.T)
+        return out.clamp_min(0.0), count
+    # Jensen-Shannon divergence through S(x) = sum_t x_t log x_t (negative entropy): JS = (S(p) + S(q)) / 2 - S(m),
+    # m = (p + q) / 2. Elementwise work in float32 (the cost is one log per element per pair of heads), sums over
+    # rows in float64. Rounding noise of a distance is about 1e-3; identical rows give exactly 0 (m == p bitwise).
+    rows = rows.float()
+
+    def neg_entropy(x: torch.Tensor) -> torch.Tensor:
+        return (x * torch.log(x.clamp_min(1e-30))).sum(dim=-1)
+
+    own = neg_entropy(rows)  # [N, R]
+    for a in range(n - 1):
+        m = rows[a][None] + rows[a + 1:]
+        m.mul_(0.5)
+        js = (0.5 * (own[a][None] + own[a + 1:]) - neg_entropy(m)) / math.log(2.0)
+        dist = js.clamp_(0.0, 1.0).sqrt_().sum(dim=-1, dtype=torch.float64).cpu()
+        out[a, a + 1:] = dist
+        out[a + 1:, a] = dist
+    return out, count
+
+
+@torch.no_grad()
+def redundancy_matrix(model: nn.Module, batches, distance: str = "js") -> torch.Tensor:
+    """Mean token-based distance ``[N, N]`` (float64, N = L*H heads in layer-major order) between the attention
+    maps of every pair of heads over ``batches`` (query rows of padding tokens are skipped). Symmetric, zero
+    diagonal, values in [0, 1]. The model is put in eval mode.
+
+    Raises:
+        ValueError: unknown distance, or the batches gave no token.
+    """
+    model.eval()
+    total, rows = None, 0
+    for batch in batches:
+        attn = attention_maps(model, batch)
+        summed, count = pairwise_head_distances(attn, distance, batch.get("attention_mask"))
+        total = summed if total is None else total + summed
+        rows += count
+    if total is None or rows == 0:
+        raise ValueError("redundancy: no tokens to compare attention maps on")
+    matrix = total / rows
+    matrix.fill_diagonal_(0.0)
+    return matrix
+
+
+# --------------------------------------------------------------------------------------------- clustering
+
+
+def cluster_medoid_mask(matrix: torch.Tensor, num_keep: int, num_layers: int, num_heads: int,
+                        linkage: str = "average") -> tuple[torch.Tensor, list[int]]:
+    """Cluster the heads on a distance matrix into ``num_keep`` clusters and keep each cluster's medoid.
+
+    Args:
+        matrix: ``[N, N]`` symmetric distances, N = ``num_layers * num_heads`` (layer-major).
+        num_keep: number of clusters = heads kept, ``0 <= num_keep <= N``.
+        linkage: scipy linkage method ("average", "complete", "single", "weighted").
+
+    Returns:
+        (``[L, H]`` float32 mask with exactly ``num_keep`` ones, cluster label of every head (flat order)).
+
+    Raises:
+        ValueError: bad shape, ``num_keep`` out of range, or unknown linkage.
+    """
+    from scipy.cluster.hierarchy import cut_tree, linkage as scipy_linkage
+    from scipy.spatial.distance import squareform
+
+    n = num_layers * num_heads
+    if tuple(matrix.shape) != (n, n):
+        raise ValueError(f"redundancy: distance matrix {list(matrix.shape)}, expected [{n}, {n}]")
+    if not 0 <= num_keep <= n:
+        raise ValueError(f"redundancy: cannot keep {num_keep} of {n} heads")
+    if linkage not in LINKAGES:
+        raise ValueError(f"redundancy: linkage must be one of {LINKAGES}, got {linkage!r}")
+    mask = torch.zeros(n)
+    if num_keep == 0:
+        return mask.reshape(num_layers, num_heads), [0] * n
+    if num_keep == n:
+        return torch.ones(num_layers, num_heads), list(range(n))
+    dist = matrix.detach().cpu().double().numpy().copy()
+    dist = 0.5 * (dist + dist.T)
+    dist[range(n), range(n)] = 0.0
+    dist = dist.clip(min=0.0)
+    tree = scipy_linkage(squareform(dist, checks=False), method=linkage)
+    labels = [int(x) for x in cut_tree(tree, n_clusters=num_keep).reshape(-1)]
+    for cluster in sorted(set(labels)):
+        members = [i for i in range(n) if labels[i] == cluster]
+        sums = [float(dist[i, members].sum()) for i in members]
+        best = min(range(len(members)), key=lambda j: (sums[j], members[j]))
+        mask[members[best]] = 1.0
+    return mask.reshape(num_layers, num_heads), labels
+
+
+def model_digest(model: nn.Module) -> str:
+    """Short digest of a model's config and every tensor of its state dict (cache key)."""
+    h = hashlib.blake2b(digest_size=12)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_dict"):
+        h.update(json.dumps(config.to_dict(), sort_keys=True, default=str).encode())
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- the method
+
+
+@register
+class RedundancyPruner(HeadPruner):
+    """Zero-shot pruning from attention redundancy on random tokens (Bian et al. 2021; RECONSTRUCTION, no official
+    code): cluster heads by attention-map distance, keep one medoid per cluster.
+
+    Options:
+        num_sequences (int, 100): random sequences (methods.md §7 suggests 100-1000).
+        seq_length (int, 128): tokens per sequence incl. [CLS] and [SEP] (the benchmark's max length); at most the
+            model's ``max_position_embeddings``.
+        distance (str, "js"): "js" (token-based Jensen-Shannon distance) or "cosine".
+        linkage (str, "average"): scipy linkage method.
+        model_source (str, "pretrained"): "pretrained" (``context.load_pretrained()``) or "finetuned" (the given
+            base model; the abstract reports the same patterns in both phases).
+        batch_size (int, 8): sequences per forward pass.
+        cache (bool, True): reuse the in-process cache of redundancy matrices.
+
+    Returns ``scores`` = each head's mean distance to the other heads (higher = less redundant), ``[L, H]``.
+
+    Raises:
+        ValueError: bad options, no target, no pre-trained model in the context, or ``seq_length`` too long.
+    """
+
+    name = "redundancy"
+    summary = ("Bian et al. 2021 (reconstruction): cluster heads by attention-map distance on random tokens of the "
+               "pre-trained model; keep one medoid per cluster (zero-shot)")
+    defaults = {"num_sequences": 100, "seq_length": 128, "distance": "js", "linkage": "average",
+                "model_source": "pretrained", "batch_size": 8, "cache": True}
+    exact_budget = True
+    needs_target = True
+    reconstruction = True
+
+    def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        opts = self.options
+        if opts["distance"] not in DISTANCES:
+            raise ValueError(f"redundancy: option distance must be one of {DISTANCES}, got {opts['distance']!r}")
+        if opts["linkage"] not in LINKAGES:
+            raise ValueError(f"redundancy: option linkage must be one of {LINKAGES}, got {opts['linkage']!r}")
+        if opts["model_source"] not in SOURCES:
+            raise ValueError(f"redundancy: option model_source must be one of {SOURCES}, got {opts['model_source']!r}")
+        if opts["num_sequences"] < 1 or opts["batch_size"] < 1:
+            raise ValueError("redundancy: num_sequences and batch_size must be >= 1")
+        if context.target_heads is None:
+            raise ValueError("method 'redundancy' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
+        target, total = int(context.target_heads), context.total_heads
+        if not 0 <= target <= total:
+            raise ValueError(f"redundancy: cannot prune {target} of {total} heads")
+
+        if opts["model_source"] == "pretrained":
+            if context.load_pretrained is None:
+                raise ValueError("redundancy: the context cannot load the pre-trained model (load_pretrained is None); "
+                                 "use model_source='finetuned' to cluster the fine-tuned model's heads instead")
+            source = context.load_pretrained()
+        else:
+            source = model
+        max_pos = getattr(getattr(source, "config", None), "max_position_embeddings", None)
+        if max_pos is not None and opts["seq_length"] > max_pos:
+            raise ValueError(f"redundancy: seq_length={opts['seq_length']} exceeds the model's "
+                             f"max_position_embeddings={max_pos}")
+        info = context.tokenizer_info
+        digest = model_digest(source)
+        key = (digest, int(context.seed), opts["num_sequences"], opts["seq_length"], opts["distance"],
+               opts["batch_size"], int(info.get("vocab_size") or 0), tuple(sorted(info.get("special_ids") or [])))
+        hit = opts["cache"] and key in _CACHE
+        if hit:
+            matrix = _CACHE[key]
+        else:
+            device = next(source.parameters()).device
+            batches = random_token_batches(info, opts["num_sequences"], opts["seq_length"], opts["batch_size"],
+                                           context.generator(salt=3_000), device)
+            was_training = source.training
+            matrix = redundancy_matrix(source, batches, opts["distance"])
+            if source is model and was_training:
+                model.train()
+            if opts["cache"]:
+                _CACHE[key] = matrix
+        if source is not model:
+            del source
+        context.log(f"redundancy: distance matrix {'from cache' if hit else 'computed'} ({digest[:8]})")
+        keep = total - target
+        mask, labels = cluster_medoid_mask(matrix, keep, context.num_layers, context.num_heads, opts["linkage"])
+        n = total
+        scores = (matrix.sum(dim=1) / max(n - 1, 1)).reshape(context.num_layers, context.num_heads).float()
+        sizes = sorted((labels.count(c) for c in set(labels)), reverse=True) if keep else []
+        trace = {"reconstruction": True, "model_source": opts["model_source"], "distance": opts["distance"],
+                 "linkage": opts["linkage"], "clusters": keep, "cluster_sizes": sizes, "cache": "hit" if hit else "miss",
+                 "model_digest": digest, "num_sequences": opts["num_sequences"], "seq_length": opts["seq_length"],
+                 "task_data_used": False}
+        return PruningResult(mask=mask, scores=scores, trace=trace)
