@@ -2,17 +2,20 @@
 TACL 2021, arXiv 2108.04657; official code rycolab/differentiable-subset-pruning).
 
 Per-head importance logits ``w`` ``[L, H]`` (float64, xavier-uniform init: ``GatedBertForSequenceClassification.w``)
-are learned with the task loss alone, through a relaxed mask that keeps *exactly* K heads in expectation and in sum
-(paper §3; official ``gated_bert_utilities.gumbel_soft_top_k``), the relaxed top-K of Xie & Ermon (2019):
+are learned with the task loss alone, through a relaxed mask whose entries sum to exactly K
+(official ``gated_bert_utilities.gumbel_soft_top_k``, read through shared/reference/methods.md §6; the
+paper's full text was not available), the relaxed top-K of Xie & Ermon (2019):
 
     u ~ U(tiny, 1),  r = w - log(-log u)                       (one Gumbel sample per head per step)
     p_1 = softmax(r / tau)
     p_j = softmax((r + sum_{i<j} log max(1 - p_i, tiny)) / tau),   j = 2..K
     mask = sum_{j=1..K} p_j                                    (each p_j sums to 1, so sum(mask) = K exactly)
 
-with ``tiny = torch.finfo(float64).tiny``. The mask multiplies each head's output before the attention output
-projection (:func:`methods.heads.apply_head_mask`; the official code multiplies the attention probabilities,
-the same operation). The temperature anneals geometrically (``trainer_dsp.py``):
+with ``tiny = torch.finfo(float64).tiny``. Only the sum is fixed: at moderate temperatures single entries can
+exceed 1 (at tau = 1 a dominant head collects about 1 + 1/2 + 1/3 + ...); as tau -> 0 the mask tends to the K-hot
+indicator of the perturbed top K. The mask multiplies each head's output before the attention output projection
+(:func:`methods.heads.apply_head_mask`; the official code multiplies the attention probabilities, the same
+operation). The temperature anneals geometrically (``trainer_dsp.py``):
 
     tau_t = exp(log tau0 - (t / N_cool) (log tau0 - log tau_end))  for t <= N_cool, tau_end afterwards.
 
@@ -21,8 +24,8 @@ After training the mask is the hard top-K of ``w`` (``convert_gate_to_mask(w, K)
 
 Variants (option ``variant``; methods.md §6.2):
 
-* ``"pipelined"`` (default): only ``w`` trains, the fine-tuned base model is frozen (paper §4.3; our protocol
-  starts from the fine-tuned base model). No model is returned.
+* ``"pipelined"`` (default): only ``w`` trains, the fine-tuned base model is frozen (paper §4.3 as quoted in
+  methods.md §6.2; our protocol starts from the fine-tuned base model). No model is returned.
 * ``"joint"``: every parameter trains with ``w`` (README joint DSP); returns the re-trained model.
 * ``"ste"``: straight-through estimator (``--use_ste``): the forward mask is the hard top-K of ``w`` (no noise, no
   temperature), the backward pass is the identity to ``w``. As in the README's STE row, every parameter trains
@@ -175,7 +178,8 @@ class DSPPruner(HeadPruner):
     """
 
     name = "dsp"
-    summary = "Li, Cotterell, Sachan 2021: Gumbel soft top-K over learned head logits (exactly K kept); pipelined/joint/STE"
+    summary = ("Li, Cotterell, Sachan 2021: Gumbel soft top-K over learned head logits, exactly K kept "
+               "(pipelined/joint/STE)")
     defaults = {"variant": "pipelined", "tau0": 1000.0, "tau_end": 1e-8, "cooldown_steps": 8333, "annealing": True,
                 "w_lr": 0.5, "lr": 2e-5, "epochs": 1.0, "max_steps": 0, "batch_size": 32, "max_grad_norm": 1.0,
                 "linear_decay": True, "log_every": 0}
@@ -217,8 +221,11 @@ class DSPPruner(HeadPruner):
                 warnings.warn(message, UserWarning, stacklevel=2)
                 context.log(message)
                 trace["warning"] = message
-        trace.update({"total_steps": total_steps, "cooldown_requested": opts["cooldown_steps"],
-                      "cooldown_used": cooldown, "cooldown_capped": cooldown != opts["cooldown_steps"]})
+        trace["total_steps"] = total_steps
+        if variant != "ste":
+            trace.update({"tau0": opts["tau0"], "tau_end": opts["tau_end"], "annealing": opts["annealing"],
+                          "cooldown_requested": opts["cooldown_steps"], "cooldown_used": cooldown,
+                          "cooldown_capped": cooldown != opts["cooldown_steps"]})
 
         work = copy.deepcopy(model)
         device = next(work.parameters()).device

@@ -26,9 +26,10 @@ simple zero-shot pruning method" from it. The procedure below is our reconstruct
 The recovery fine-tune of the benchmark's "prune + recover" condition plays the role of the paper's fine-tuning.
 
 Cache: the matrix depends only on the model, the seed and the options of step 2-3, never on the task, so it is
-kept in an in-process dict keyed by (a digest of the model's config and weights, ``context.seed``, num_sequences,
-seq_length, distance, batch_size, vocabulary and special ids). Every task and budget of the same model and seed then
-reuses it (only the cheap clustering reruns). ``cache=False`` recomputes; :func:`clear_cache` empties it.
+kept in an in-process dict keyed by (a digest of the encoder's architecture and weights without the task head,
+``context.seed``, num_sequences, seq_length, distance, batch_size, vocabulary and special ids). Every task of the
+same model and seed in one ``bench run`` process then reuses it (only the cheap clustering reruns); another process
+(e.g. another ``--budget`` invocation) recomputes it. ``cache=False`` recomputes; :func:`clear_cache` empties it.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from torch import nn
 
 from methods.attention import attention_maps
 from methods.base import HeadPruner, PruningContext, PruningResult
+from methods.heads import get_layout
 from methods.registry import register
 
 DISTANCES = ("js", "cosine")
@@ -60,7 +62,8 @@ def clear_cache() -> None:
 
 
 def random_token_batches(tokenizer_info: dict[str, Any], num_sequences: int, seq_length: int, batch_size: int,
-                         generator: torch.Generator, device: torch.device | str = "cpu") -> Iterator[dict[str, torch.Tensor]]:
+                         generator: torch.Generator,
+                         device: torch.device | str = "cpu") -> Iterator[dict[str, torch.Tensor]]:
     """Batches of ``[CLS] random tokens [SEP]`` of fixed length, tokens uniform over the vocabulary minus the
     special ids (step 2 of the module docstring). Yields ``input_ids``, ``attention_mask`` (all ones) and
     ``token_type_ids`` (zeros), each ``[B, seq_length]``.
@@ -225,15 +228,24 @@ def cluster_medoid_mask(matrix: torch.Tensor, num_keep: int, num_layers: int, nu
     return mask.reshape(num_layers, num_heads), labels
 
 
+ARCHITECTURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                       "intermediate_size", "hidden_act", "layer_norm_eps", "max_position_embeddings",
+                       "type_vocab_size", "position_embedding_type", "pruned_heads")
+
+
 def model_digest(model: nn.Module) -> str:
-    """Short digest of a model's config and every tensor of its state dict (cache key)."""
+    """Short digest of what an encoder's attention maps depend on (cache key): the architecture fields of its config
+    and every tensor of its embeddings and encoder. The task head (pooler, classifier, label names) is left out, so
+    the pre-trained encoder loaded for different tasks gives the same digest."""
+    base = get_layout(model).base
     h = hashlib.blake2b(digest_size=12)
     config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "to_dict"):
-        h.update(json.dumps(config.to_dict(), sort_keys=True, default=str).encode())
-    for name, tensor in model.state_dict().items():
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    fields = {k: getattr(config, k, None) for k in ARCHITECTURE_FIELDS}
+    h.update(json.dumps(fields, sort_keys=True, default=str).encode())
+    for part in (base.embeddings, base.encoder):
+        for name, tensor in part.state_dict().items():
+            h.update(name.encode())
+            h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -315,8 +327,6 @@ class RedundancyPruner(HeadPruner):
                 model.train()
             if opts["cache"]:
                 _CACHE[key] = matrix
-        if source is not model:
-            del source
         context.log(f"redundancy: distance matrix {'from cache' if hit else 'computed'} ({digest[:8]})")
         keep = total - target
         mask, labels = cluster_medoid_mask(matrix, keep, context.num_layers, context.num_heads, opts["linkage"])
@@ -324,7 +334,8 @@ class RedundancyPruner(HeadPruner):
         scores = (matrix.sum(dim=1) / max(n - 1, 1)).reshape(context.num_layers, context.num_heads).float()
         sizes = sorted((labels.count(c) for c in set(labels)), reverse=True) if keep else []
         trace = {"reconstruction": True, "model_source": opts["model_source"], "distance": opts["distance"],
-                 "linkage": opts["linkage"], "clusters": keep, "cluster_sizes": sizes, "cache": "hit" if hit else "miss",
+                 "linkage": opts["linkage"], "clusters": keep, "cluster_sizes": sizes,
+                 "cache": "hit" if hit else "miss",
                  "model_digest": digest, "num_sequences": opts["num_sequences"], "seq_length": opts["seq_length"],
                  "task_data_used": False}
         return PruningResult(mask=mask, scores=scores, trace=trace)

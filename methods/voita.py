@@ -1,16 +1,19 @@
 """Hard-concrete (L0) head gates (Voita, Talbot, Moiseev, Sennrich, Titov, "Analyzing Multi-Head Self-Attention:
-Specialized Heads Do the Heavy Lifting, the Rest Can Be Pruned", ACL 2019, §6; gates of Louizos, Welling, Kingma,
-"Learning Sparse Neural Networks through L0 Regularization", ICLR 2018, §4).
+Specialized Heads Do the Heavy Lifting, the Rest Can Be Pruned", ACL 2019, §6; the
+hard-concrete gates of Louizos, Welling, Kingma, "Learning Sparse Neural Networks through L0 Regularization",
+ICLR 2018). Equations below are written from the official code (lena-voita/the-story-of-heads, read through
+shared/reference/methods.md §5); the paper texts were not available, so no equation numbers are cited.
 
-Every head h gets a scalar gate g_h that multiplies its output before the attention output projection (Voita §6.1,
-Eq. 7; here through :func:`methods.heads.apply_head_mask`). The gate is a stretched and clipped binary-concrete
-variable with one parameter ``log_a`` per head (Louizos §4, Eq. 9-10; official ``lib/layers/concrete_gate.py``):
+Every head h gets a scalar gate g_h that multiplies its output before the attention output projection (official
+``lib/layers/attn.py::MultiHeadAttnConcrete``; here through :func:`methods.heads.apply_head_mask`). The gate is a
+stretched and clipped binary-concrete ("hard concrete", Louizos et al.) variable with one parameter ``log_a`` per
+head (official ``lib/layers/concrete_gate.py``):
 
     u ~ U(eps, 1 - eps)                                   (one draw per head per step, shared by the batch)
     s = sigmoid((log u - log(1 - u) + log_a) / beta)      beta = 0.33
     g = clip(s * (zeta - gamma) + gamma, 0, 1)            (gamma, zeta) = (-0.1, 1.1)
 
-and the L0 penalty is the expected number of open gates (Louizos Eq. 12; Voita Eq. 8):
+and the L0 penalty is the expected number of open gates (official ``ConcreteGate.get_penalty``):
 
     P(g_h > 0) = sigmoid(log_a - beta * log(-gamma / zeta))     (clipped to [eps, 1 - eps] as in the official code)
     loss = cross-entropy + lambda * R,   R = sum over heads of P(open)      (``penalty_reduction="sum"``)
@@ -84,7 +87,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 def hard_concrete(log_a: torch.Tensor, u: torch.Tensor, beta: float = 0.33, gamma: float = -0.1,
                   zeta: float = 1.1) -> torch.Tensor:
-    """Training gate from uniform noise ``u`` (Louizos et al. 2018, Eq. 9-10; official ``get_gates(True)``).
+    """Training gate from uniform noise ``u`` (Louizos et al. 2018; official ``get_gates(True)``).
 
     ``g = clip(sigmoid((log u - log(1-u) + log_a) / beta) * (zeta - gamma) + gamma, 0, 1)``; differentiable in
     ``log_a`` (zero gradient where clipped). Shapes broadcast.
@@ -120,8 +123,8 @@ def deterministic_gates(log_a: torch.Tensor, gamma: float = -0.1, zeta: float = 
 
 def prob_open(log_a: torch.Tensor, beta: float = 0.33, gamma: float = -0.1, zeta: float = 1.1,
               eps: float = 1e-6) -> torch.Tensor:
-    """``P(g > 0) = sigmoid(log_a - beta * log(-gamma / zeta))`` clipped to ``[eps, 1 - eps]`` (Louizos Eq. 12;
-    official ``get_penalty``).
+    """``P(g > 0) = sigmoid(log_a - beta * log(-gamma / zeta))`` clipped to ``[eps, 1 - eps]`` (official
+    ``get_penalty``).
 
     Raises:
         ValueError: ``gamma >= 0`` (the probability of a closed gate needs a negative lower stretch limit).
@@ -267,7 +270,8 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
             work.train()
             while step < total and not stopped_early:
                 order_seed = int(context.seed) * 1_000 + epoch + 100_000 * salt
-                for batch in context.batches("mini_train", batch_size=opts["batch_size"], shuffle=True, seed=order_seed):
+                for batch in context.batches("mini_train", batch_size=opts["batch_size"], shuffle=True,
+                                             seed=order_seed):
                     gates = sample_gates(log_a, gen, beta, gamma, zeta, eps)
                     handle.set_mask(gates)
                     logits = work(**_inputs(batch)).logits.float()
@@ -283,7 +287,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
                     if opts["early_stopping"] and (step % eval_every == 0 or step == total):
                         ev = dev_objective(handle)
                         closed = int((deterministic_gates(log_a.detach(), gamma, zeta) == 0).sum())
-                        history.append({"step": step, "train_ce": round(float(ce), 6), "closed": closed,
+                        history.append({"step": step, "train_ce": round(ce.item(), 6), "closed": closed,
                                         **{k: round(v, 6) for k, v in ev.items()}})
                         if ev["objective"] < best_obj:
                             best_obj, bad = ev["objective"], 0
@@ -343,7 +347,8 @@ class VoitaPruner(HeadPruner):
     """
 
     name = "voita"
-    summary = "Voita et al. 2019: hard-concrete L0 gates trained on mini-train; prune closed gates (lambda search or top-K for a budget)"
+    summary = ("Voita et al. 2019: hard-concrete L0 head gates trained on mini-train; prune the closed gates "
+               "(lambda search, or top-K, for a budget)")
     defaults = {"l0_lambda": 0.0015, "penalty_reduction": "sum", "beta": 0.33, "gamma": -0.1, "zeta": 1.1,
                 "eps": 1e-6, "joint": False, "gate_lr": 0.1, "lr": 2e-5, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "linear_decay": True, "epochs": 3.0, "max_steps": 0, "batch_size": 32, "early_stopping": True,
@@ -357,7 +362,8 @@ class VoitaPruner(HeadPruner):
         if o["selection"] not in SELECTIONS:
             raise ValueError(f"voita: option selection must be one of {SELECTIONS}, got {o['selection']!r}")
         if o["penalty_reduction"] not in REDUCTIONS:
-            raise ValueError(f"voita: option penalty_reduction must be one of {REDUCTIONS}, got {o['penalty_reduction']!r}")
+            raise ValueError(f"voita: option penalty_reduction must be one of {REDUCTIONS}, "
+                             f"got {o['penalty_reduction']!r}")
         if not (o["gamma"] < 0 < 1 < o["zeta"]):
             raise ValueError(f"voita: need gamma < 0 and zeta > 1, got ({o['gamma']}, {o['zeta']})")
         if o["beta"] <= 0 or o["l0_lambda"] < 0 or o["epochs"] <= 0 or o["batch_size"] < 1:

@@ -16,10 +16,21 @@ import methods
 from methods.conformance import CLS, SEP, check_pruner, collate, synthetic_context, tiny_model
 from methods.dsp import (TINY, gumbel_noise, gumbel_soft_top_k, hard_top_k, soft_top_k, ste_top_k, temperature)
 from methods.heads import get_layout
-from methods.redundancy import (clear_cache, cluster_medoid_mask, pairwise_head_distances, random_token_batches,
-                                redundancy_matrix)
+from methods.redundancy import (clear_cache, cluster_medoid_mask, model_digest, pairwise_head_distances,
+                                random_token_batches, redundancy_matrix)
 from methods.voita import (VoitaPruner, deterministic_gates, hard_concrete, l0_penalty, prob_fully_open, prob_open,
                            sample_gates, select_heads, train_gates)
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest on one thread (OpenMP workers spin on a busy machine); restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
 
 FAST_VOITA = {"max_steps": 4, "batch_size": 16, "evals_per_epoch": 1}
 FAST_DSP = {"max_steps": 4, "batch_size": 16, "epochs": 2.0}
@@ -380,6 +391,12 @@ def test_redundancy_matrix_is_cached_per_model_and_seed():
     assert first.trace["cache"] == "miss" and second.trace["cache"] == "hit" and other_seed.trace["cache"] == "miss"
     assert first.trace["model_digest"] == second.trace["model_digest"]
     assert second.heads_pruned == 7
+    # the key ignores the task head: the same encoder with another classifier (another task) hits the cache
+    other_task = copy.deepcopy(model)
+    torch.nn.init.normal_(other_task.classifier.weight)
+    assert model_digest(other_task) == model_digest(model)
+    torch.nn.init.normal_(other_task.bert.encoder.layer[0].attention.self.query.weight)
+    assert model_digest(other_task) != model_digest(model)
     clear_cache()
 
 
