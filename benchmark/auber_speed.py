@@ -10,9 +10,9 @@ examples (a seeded sample) stands in for AUBER's 25% split.
 
 For each layer the same search (same seed, same DQN, ``--episodes`` episodes, then the greedy pass) runs twice:
 
-* naive, the plain in-process way: the mini-dev in its sampled order, batches of ``--naive-batch-size`` (32, the
-  official run_glue evaluation batch) padded to their longest example, a full forward of the masked model for
-  every reward, no memo (:class:`methods.auber.rewards.NaiveScorer`, :class:`~methods.auber.rewards.Memo`
+* naive, the plain in-process way: the mini-dev in its sampled order, batches of ``--naive-batch-size`` (32)
+  padded to their longest example (the official code is slower still: run_glue v3.5 pads every example to 128
+  tokens and runs in a subprocess), a full forward of the masked model for every reward, no memo (:class:`methods.auber.rewards.NaiveScorer`, :class:`~methods.auber.rewards.Memo`
   disabled); ``--naive-order length`` gives it the fast path's length-sorted batches instead, which isolates
   the cache and the memo;
 * fast, what ``auber`` does by default: length-sorted batches (``--batch-size``), the per-layer cache of the
@@ -132,9 +132,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--examples", type=int, default=200, help="mini-dev size (train examples)")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--layers", default="0", help="comma-separated layers to search (e.g. 0,3,5)")
-    parser.add_argument("--batch-size", type=int, default=64, help="fast path: examples per length-sorted batch")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="fast path: examples per length-sorted batch (the auber default reward_batch_size)")
     parser.add_argument("--naive-batch-size", type=int, default=32,
-                        help="naive path: examples per batch (32: the official run_glue evaluation batch)")
+                        help="naive path: examples per batch, padded to the batch's longest example")
     parser.add_argument("--naive-order", choices=("dataset", "length"), default="dataset",
                         help="naive path: the sampled order padded per batch (a plain loop), or length-sorted like "
                              "the fast path (isolates the cache and the memo)")

@@ -89,6 +89,8 @@ class Preset:
     train: TrainConfig
     recover: TrainConfig
     max_length: int = 128
+    # per-method option defaults of this preset (CLI --option values win); they size costly methods for the preset
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_train_examples: int = 0  # 0 = the whole train split
     max_dev_examples: int = 0  # 0 = the whole dev split
     mini_dev_fraction: float = 0.25
@@ -114,6 +116,14 @@ PRESETS: dict[str, Preset] = {
         recover=TrainConfig(lr=5e-5, batch_size=32, epochs=1.0, early_stopping=True, evals_per_epoch=2, patience=2),
         max_length=128,
         max_train_examples=2000,
+        # CPU sizing of the costly methods (their paper defaults are kept by the paper preset)
+        method_options={
+            "auber": {"episodes": 30, "minidev_max_examples": 128, "minitrain_max_examples": 500,
+                      "layer_finetune_epochs": 1.0, "final_epochs": 1.0},
+            "voita": {"epochs": 1.0, "search_runs": 4},
+            "dsp": {"epochs": 1.0},
+            "redundancy": {"num_sequences": 32, "seq_length": 64},
+        },
     ),
     "smoke": Preset(
         name="smoke",
@@ -126,6 +136,12 @@ PRESETS: dict[str, Preset] = {
         max_length=64,
         max_train_examples=64,
         max_dev_examples=64,
+        method_options={
+            "auber": {"episodes": 4, "minidev_max_examples": 16, "layer_finetune_epochs": 1.0, "final_epochs": 1.0},
+            "voita": {"epochs": 1.0, "search_runs": 2},
+            "dsp": {"epochs": 1.0},
+            "redundancy": {"num_sequences": 8, "seq_length": 32},
+        },
     ),
 }
 

@@ -516,8 +516,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     from benchmark.config import get_preset
 
     p = get_preset(preset)
-    if methods_spec.strip() == "all":
-        names = list(methods.available_methods())
+    if methods_spec.strip() == "all":  # every method but the ablations (name those explicitly)
+        names = [n for n, cls in methods.available_methods().items() if not cls.ablation_of]
     else:
         names = [m.strip() for m in methods_spec.split(",") if m.strip()]
         for name in names:
@@ -536,7 +536,14 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
+    merged_options = {m: dict(o) for m, o in p.method_options.items()}
+    for name in names:  # an ablation gets the preset's sizing of the method it ablates
+        parent = methods.get_method_class(name).ablation_of
+        if parent in p.method_options and name not in merged_options:
+            merged_options[name] = dict(p.method_options[parent])
+    for m, o in (method_options or {}).items():
+        merged_options.setdefault(m, {}).update(o)
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
                      budget=parse_budget(budget or p.budget), model=model or p.model, device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
-                     method_options=method_options or {}, progress=progress)
+                     method_options=merged_options, progress=progress)

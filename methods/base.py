@@ -136,6 +136,8 @@ class HeadPruner(abc.ABC):
       check then asserts it); False for methods that decide the count (AUBER) or reach it approximately.
     * ``needs_target`` -- True when the method cannot run without ``context.target_heads``.
     * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
+    * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
+      out; name them explicitly).
 
     Raises:
         OptionError: on an unknown option or a value whose type does not match the default's.
@@ -147,6 +149,7 @@ class HeadPruner(abc.ABC):
     exact_budget: ClassVar[bool] = True
     needs_target: ClassVar[bool] = True
     reconstruction: ClassVar[bool] = False
+    ablation_of: ClassVar[str | None] = None
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.defaults))

@@ -48,7 +48,8 @@ def test_auber_conforms_and_is_deterministic():
                 "reward_evals", "cache_hits"} <= set(entry)
         assert len(entry["rewards"]) == 4 and entry["reward_path"] == "fast"
         assert 0.05 < entry["epsilon"] <= 1.0
-    assert result.trace["final_finetune"]["ran"]
+    final = result.trace["final_finetune"]
+    assert final["ran"] and {"heldout_before", "heldout_after", "train_examples", "heldout_examples"} <= set(final)
     assert torch.allclose(result.scores.sum(dim=1), torch.ones(3))
 
 
@@ -294,19 +295,24 @@ def test_length_sorted_batches_and_memo():
 
 def test_fast_and_naive_paths_choose_the_same_masks():
     results = {}
-    for fast in (True, False):
+    for path in ("fast", "naive", "context"):
         model = tiny_model(seed=5, initializer_range=1.0)  # large weights: pruning a head changes predictions
         context = synthetic_context(model, seed=2)
+        if path == "context":  # no compute_metrics: rewards through context.evaluate
+            context.compute_metrics = None
         # stop_q 0: the barely trained policy prunes, so the per-layer fine-tunes change the next layers' inputs
-        pruner = AuberPruner(episodes=8, fast_rewards=fast, final_finetune=False, layer_finetune_epochs=1.0,
-                             stop_q=0.0)
-        results[fast] = pruner.prune(model, context)
-    a, b = results[True], results[False]
-    assert torch.equal(a.mask, b.mask)
-    for x, y in zip(a.trace["layers"], b.trace["layers"]):
-        assert (x["reward_path"], y["reward_path"]) == ("fast", "naive")
-        for key in ("rewards", "pruned", "minidev_before", "minidev_after", "minidev_after_finetune", "reward_evals"):
-            assert x[key] == y[key], key
+        pruner = AuberPruner(episodes=8, fast_rewards=(path == "fast"), final_finetune=False,
+                             layer_finetune_epochs=1.0, stop_q=0.0)
+        results[path] = pruner.prune(model, context)
+    a = results["fast"]
+    for path in ("naive", "context"):
+        b = results[path]
+        assert torch.equal(a.mask, b.mask)
+        for x, y in zip(a.trace["layers"], b.trace["layers"]):
+            assert (x["reward_path"], y["reward_path"]) == ("fast", path)
+            for key in ("rewards", "pruned", "minidev_before", "minidev_after", "minidev_after_finetune",
+                        "reward_evals"):
+                assert x[key] == pytest.approx(y[key]), key
     assert any(r != 0 for entry in a.trace["layers"] for r in entry["rewards"])  # the comparison has content
     assert all(entry["pruned"] for entry in a.trace["layers"]) and a.retrained
 
@@ -385,3 +391,14 @@ def test_fine_tunes_get_the_layer_mini_train_and_the_final_early_stopping(monkey
         assert entry["pruned"] == [1] and entry["minidev_after_finetune"] is not None
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), result.model.parameters()))
     assert set(context.tokenizer_info["_splits_read"]) == {"train"}
+
+
+@pytest.mark.slow
+def test_speed_script_runs_on_mrpc(glue_dir):
+    """The speed benchmark on a few MRPC examples with the packaged MiniLM (timings are not checked)."""
+    from benchmark import auber_speed
+
+    summary = auber_speed.main(["--task", "mrpc", "--glue-dir", str(glue_dir), "--examples", "12", "--episodes", "2",
+                                "--layers", "4,5", "--threads", "1"])
+    assert summary["identical_decisions"] is True and len(summary["layers"]) == 2
+    assert all(row["fast_rewards"] == row["naive_rewards"] for row in summary["layers"])

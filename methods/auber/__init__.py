@@ -130,7 +130,8 @@ class AuberPruner(HeadPruner):
         fast_rewards (bool, True): cached-prefix reward evaluation (:class:`methods.auber.rewards.FastScorer`);
             False = a full masked forward per reward. Both give the same decisions.
         memoize (bool, True): memoise the score per pruned set within a layer (the code's ``transitions``).
-        reward_batch_size (int, 64): mini-dev examples per forward batch (length-sorted).
+        reward_batch_size (int, 16): mini-dev examples per forward batch; the mini-dev is sorted by length, so
+            small batches of neighbours carry almost no padding (raise it on a GPU).
 
     Returns ``retrained=True`` with the fine-tuned model (a deep copy; the input model is untouched) when any
     fine-tune ran, ``scores`` = each layer's initial state ``s_l`` (``[L, H]``, rows sum to 1; higher = larger
@@ -156,7 +157,7 @@ class AuberPruner(HeadPruner):
         "hidden_size": 512, "replay_capacity": 5000, "dqn_batch_size": 128, "gamma": 1.0, "dqn_lr": 0.03,
         "dqn_momentum": 0.9, "grad_clamp": 1.0, "eps_start": 1.0, "eps_end": 0.05, "eps_decay": 256.0,
         "target_update": 35, "stop_q": 0.2, "learned_stop": False, "pruned_q": -5.0, "reward_scale": 100.0,
-        "fast_rewards": True, "memoize": True, "reward_batch_size": 64,
+        "fast_rewards": True, "memoize": True, "reward_batch_size": 16,
     }
 
     def __init__(self, **options: Any) -> None:
@@ -286,6 +287,10 @@ class AuberPruner(HeadPruner):
             chosen = search.greedy()
             after = memo.score(chosen) if chosen else before
             search_seconds = time.perf_counter() - start
+            evals, hits = memo.evals, memo.hits
+            build_seconds = getattr(scorer, "build_seconds", None)
+            metric = getattr(scorer, "metric", None)
+            memo = scorer = None  # free the layer's cache before fine-tuning
             mask[layer, chosen] = 0.0
             after_ft = None
             finetune_seconds = 0.0
@@ -300,7 +305,7 @@ class AuberPruner(HeadPruner):
                 retrained = True
                 finetune_seconds = time.perf_counter() - t_ft
                 if kind in ("fast", "naive"):
-                    after_ft = NaiveScorer(work, batches, layer, mask, scorer.metric).score(chosen)
+                    after_ft = NaiveScorer(work, batches, layer, mask, metric).score(chosen)
                 elif kind == "context":
                     after_ft = _ContextScorer(work, context, layer, mask, dev_idx).score_many([chosen])[0]
             entry = {
@@ -316,8 +321,8 @@ class AuberPruner(HeadPruner):
                 "seconds": round(time.perf_counter() - start, 3),
                 "search_seconds": round(search_seconds, 3),
                 "finetune_seconds": round(finetune_seconds, 3),
-                "reward_evals": memo.evals,
-                "cache_hits": memo.hits,
+                "reward_evals": evals,
+                "cache_hits": hits,
                 "reward_path": kind,
                 "steps": search.steps_done,
                 "optim_steps": search.optim_steps,
@@ -325,15 +330,17 @@ class AuberPruner(HeadPruner):
                 "minitrain_size": len(train_idx),
                 "state": [round(float(v), 6) for v in state0],
             }
-            if kind == "fast":
-                entry["cache_build_seconds"] = round(scorer.build_seconds, 3)
+            if build_seconds is not None:
+                entry["cache_build_seconds"] = round(build_seconds, 3)
             layers_trace.append(entry)
             context.log(f"auber: layer {layer}: pruned {entry['pruned']} (mini-dev {before:.4f} -> {after:.4f}; "
-                        f"{memo.evals} evals, {memo.hits} memo hits, {entry['seconds']:.1f} s)")
+                        f"{evals} evals, {hits} memo hits, {entry['seconds']:.1f} s)")
         final: dict[str, Any] = {"ran": False}
         if o["final_finetune"]:
             t_final = time.perf_counter()
             train_idx, held_idx = self.final_split(context, pool)
+            primary = context.primary_metric
+            held_before = float(context.evaluate(work, mask.clone(), split="train", indices=held_idx)[primary])
             work = context.fine_tune(
                 work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=held_idx,
                 epochs=o["final_epochs"], lr=o["final_lr"], batch_size=o["finetune_batch_size"], early_stopping=True,
@@ -341,7 +348,9 @@ class AuberPruner(HeadPruner):
                 warmup_ratio=o["finetune_warmup_ratio"], weight_decay=o["finetune_weight_decay"]) or work
             work.eval()
             retrained = True
+            held_after = float(context.evaluate(work, mask.clone(), split="train", indices=held_idx)[primary])
             final = {"ran": True, "train_examples": len(train_idx), "heldout_examples": len(held_idx),
+                     "heldout_before": held_before, "heldout_after": held_after,
                      "seconds": round(time.perf_counter() - t_final, 3)}
         trace = {
             "layers": layers_trace,
@@ -360,6 +369,7 @@ class AuberQueryPruner(AuberPruner):
     """AUBER with the state from the query weights (paper Table 3, AUBER-Query, §4.3.1)."""
 
     name = "auber-query"
+    ablation_of = "auber"
     summary = "AUBER ablation: state from the query-projection norms (paper Table 3)"
     defaults = {**AuberPruner.defaults, "state": "query"}
 
@@ -369,6 +379,7 @@ class AuberKeyPruner(AuberPruner):
     """AUBER with the state from the key weights (paper Table 3, AUBER-Key, §4.3.1)."""
 
     name = "auber-key"
+    ablation_of = "auber"
     summary = "AUBER ablation: state from the key-projection norms (paper Table 3)"
     defaults = {**AuberPruner.defaults, "state": "key"}
 
@@ -378,6 +389,7 @@ class AuberL2Pruner(AuberPruner):
     """AUBER with the L2 norm of the value weights (paper Table 3, AUBER-L2, §4.3.2; the official code's norm)."""
 
     name = "auber-l2"
+    ablation_of = "auber"
     summary = "AUBER ablation: L2 (Frobenius) norm of the value weights, as the official code computes"
     defaults = {**AuberPruner.defaults, "norm": "l2"}
 
@@ -387,5 +399,6 @@ class AuberReversePruner(AuberPruner):
     """AUBER processing the layers top to bottom (paper Table 3, AUBER-Reverse, §4.3.3)."""
 
     name = "auber-reverse"
+    ablation_of = "auber"
     summary = "AUBER ablation: layers processed from the top down (paper Table 3)"
     defaults = {**AuberPruner.defaults, "reverse": True}
