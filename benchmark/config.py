@@ -99,10 +99,10 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "paper": Preset(
         name="paper",
-        description="bert-base-cased, full data, lr 2e-5, batch 32, len 128, 3 epochs, 10 seeds (for a GPU)",
+        description="bert-base-cased, full data, lr 2e-5, batch 32, len 128, 3 epochs, 10 seeds, matched:auber (for a GPU)",
         model="bert-base-cased",
         seeds=list(range(10)),
-        budget="fraction:0.3",
+        budget="matched:auber",  # the AUBER paper's protocol: every method prunes as many heads as AUBER
         train=TrainConfig(lr=2e-5, batch_size=32, epochs=3.0),
         recover=TrainConfig(lr=2e-5, batch_size=32, epochs=3.0, early_stopping=True, evals_per_epoch=2, patience=2),
     ),
