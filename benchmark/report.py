@@ -82,6 +82,13 @@ class ReportWarning(UserWarning):
     """Something a reader of the report should know about its input (duplicate cells, unreadable folders)."""
 
 
+
+def _task_label(task: str) -> str:
+    """GLUE's spelling of a task name (``cola`` -> ``CoLA``)."""
+    from benchmark.tasks import TASKS
+
+    return TASKS[task].glue_dir if task in TASKS else task.upper()
+
 def _warn(message: str) -> None:
     warnings.warn(message, ReportWarning, stacklevel=3)
     log.warning(message)
@@ -524,7 +531,7 @@ def _latex(df: pd.DataFrame, caption: str, label: str) -> str:
 
 def _group_title(r: GroupResult) -> str:
     suffix = "" if r.group == PRUNE_ONLY else " — prune + recover (with the fine-tuning control)"
-    return f"{r.task.upper()} ({METRIC_LABEL.get(r.metric, r.metric)}){suffix}"
+    return f"{_task_label(r.task)} ({METRIC_LABEL.get(r.metric, r.metric)}){suffix}"
 
 
 def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
@@ -564,8 +571,8 @@ def _table_notes(r: GroupResult, which: str = "all") -> list[str]:
     n_max = max(ns)
     notes = [f"majority-class baseline: {_num(r.majority)}; seeds: {', '.join(map(str, r.seeds))} (n = {n_seeds})."]
     if r.task in EXCLUDED_FROM_AVERAGE:
-        notes.append(f"{r.task.upper()}'s dev set is adversarial: read every score beside the majority baseline "
-                     f"({_num(r.majority)}); {r.task.upper()} is left out of cross-task averages.")
+        notes.append(f"{_task_label(r.task)}'s dev set is adversarial: read every score beside the majority baseline "
+                     f"({_num(r.majority)}); {_task_label(r.task)} is left out of cross-task averages.")
     if n_max == 0:
         notes.append("No seed is left for a comparison here." if which == "clean" else "No paired seeds.")
         return notes
@@ -671,14 +678,14 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
             diff = comp["all"]["mean_diff"] if comp else math.nan
             num[f"{t}"] = mean
             num[f"{t}_diff_vs_original"] = diff
-            txt[f"{t.upper()}"] = _num(mean)
+            txt[f"{_task_label(t)}"] = _num(mean)
             if t in avg_tasks and np.isfinite(mean):
                 means.append(mean)
                 if np.isfinite(diff):
                     diffs.append(diff)
             if t in side:
                 num[f"{t}_majority"] = r.majority if r else math.nan
-                txt[f"{t.upper()} majority"] = _num(r.majority) if r else "—"
+                txt[f"{_task_label(t)} majority"] = _num(r.majority) if r else "—"
         num["tasks"] = len(means)
         num["mean_excl_wnli"] = float(np.mean(means)) if means else math.nan
         num["diff_vs_original_excl_wnli"] = float(np.mean(diffs)) if diffs else math.nan
@@ -689,7 +696,7 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
         txt_rows.append(txt)
     txt = pd.DataFrame(txt_rows)
     if not txt.empty:  # averages right after the per-task columns, WNLI last
-        first = ["method", "budget"] + [t.upper() for t in avg_tasks] + ["tasks", "mean (no WNLI)",
+        first = ["method", "budget"] + [_task_label(t) for t in avg_tasks] + ["tasks", "mean (no WNLI)",
                                                                          "Δ vs original (no WNLI)"]
         txt = txt[[c for c in first if c in txt.columns] + [c for c in txt.columns if c not in first]]
     return pd.DataFrame(num_rows), txt
@@ -848,7 +855,7 @@ def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path
         ax.set_xticks(x, [_tick(u) for u in bars])
     ax.set_ylabel(METRIC_AXIS.get(r.metric, r.metric))
     n = len(r.seeds)
-    fig.suptitle(f"{r.task.upper()}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: mean ± 95% CI, "
+    fig.suptitle(f"{_task_label(r.task)}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: mean ± 95% CI, "
                  f"n = {n} seed{'s' if n != 1 else ''}", fontsize=9)
     fig.legend(loc="outside lower center", frameon=False, ncol=3)
     ax.grid(axis="y", linewidth=0.3, alpha=0.6, zorder=0)
@@ -900,7 +907,7 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
     total = int(r.heads_total) if np.isfinite(r.heads_total) else None
     ax.set_xlabel("heads pruned" + (f" (of {total})" if total else ""))
     ax.set_ylabel(METRIC_AXIS.get(r.metric, r.metric))
-    fig.suptitle(f"{r.task.upper()}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: score vs heads pruned "
+    fig.suptitle(f"{_task_label(r.task)}{'' if r.group == PRUNE_ONLY else ' (prune + recover)'}: score vs heads pruned "
                  f"(mean, 95% CI, n = {len(r.seeds)})", fontsize=9)
     fig.legend(loc="outside right center", frameon=False)
     ax.grid(linewidth=0.3, alpha=0.6)
@@ -944,7 +951,7 @@ def plot_masks(data: RunData, task: str, folder: Path) -> list[Path]:
     for ax in axes[:, 0]:
         ax.set_ylabel("layer")
     fig.colorbar(image, ax=axes, shrink=0.8, label="fraction of seeds pruned")
-    fig.suptitle(f"{task.upper()}: pruned heads", fontsize=9)
+    fig.suptitle(f"{_task_label(task)}: pruned heads", fontsize=9)
     return _save(fig, folder, f"masks_{task}")
 
 
@@ -996,7 +1003,7 @@ def plot_auber_layers(data: RunData, task: str, folder: Path) -> list[Path]:
 
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="layer", shrink=0.8,
                  ticks=all_layers if len(all_layers) <= 12 else None)
-    fig.suptitle(f"{task.upper()}: AUBER reward per episode, per layer (mean over seeds)", fontsize=9)
+    fig.suptitle(f"{_task_label(task)}: AUBER reward per episode, per layer (mean over seeds)", fontsize=9)
     return _save(fig, folder, f"auber_layers_{task}")
 
 
@@ -1151,7 +1158,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
                                 f"tab:{r.task}{_suffix(r.group).replace('_', '-')}"))
         if any(c["n_excluded"] for c in r.comparisons) or any(s["n"] != s["n_clean"] for s in r.unit_stats.values()):
             clean = task_table(r, "clean")
-            md += [f"**{r.task.upper()} without degenerate / base-failed seeds** (a seed leaves a comparison when "
+            md += [f"**{_task_label(r.task)} without degenerate / base-failed seeds** (a seed leaves a comparison when "
                    "either side is degenerate or its base model failed; protocol.md §6):\n", _md(clean)]
             md += [f"- {n}" for n in _table_notes(r, "clean") if n.startswith(("p:", "No "))] + [""]
             tex_parts.append(_latex(clean, f"{title}, without degenerate or base-failed seeds.",

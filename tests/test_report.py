@@ -94,7 +94,7 @@ def write_run(folder: Path, records, failures=()) -> Path:
 
 def section(md: str, task: str) -> str:
     """The Markdown of one task's main table (from its heading to the next heading)."""
-    start = md.index(f"## {task.upper()} (")
+    start = md.index(f"## {TASKS[task].glue_dir} (")
     end = md.index("\n## ", start + 3)
     return md[start:end]
 
@@ -171,8 +171,8 @@ def test_differences_p_values_and_holm_in_the_csv(built):
 def test_degenerate_runs_are_counted_and_excluded_in_the_clean_table(built):
     out = built[2]
     md = (out / "report.md").read_text()
-    cola = md[md.index("## COLA ("):]
-    assert "COLA without degenerate / base-failed seeds" in cola
+    cola = md[md.index("## CoLA ("):]
+    assert "CoLA without degenerate / base-failed seeds" in cola
     cf = pd.read_csv(out / "comparisons.csv")
     clean = cf[(cf.task == "cola") & (cf.method == "random") & (cf.seeds == "without degenerate")]
     assert set(clean.n) == {2} and set(clean.n_excluded) == {1}
