@@ -7,6 +7,7 @@ Architectures other than those :class:`methods.heads.BertLayout` supports are re
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -57,6 +58,11 @@ def check_architecture(name: str) -> AutoConfig:
         UnsupportedArchitectureError: ``model_type`` is not one of ``BertLayout.supported_model_types``.
         OSError: the model cannot be found (hub unreachable, folder missing).
     """
+    looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
+    path = Path(name).expanduser()
+    if name not in ALIASES and (looks_like_path or path.exists()) and not (path / "config.json").is_file():
+        raise OSError(f"--model {name}: no model folder there (expected a folder with config.json, a hub name such "
+                      f"as bert-base-cased, or the alias minilm-l6)")
     config = AutoConfig.from_pretrained(resolve_model(name))
     if config.model_type not in BertLayout.supported_model_types:
         raise UnsupportedArchitectureError(

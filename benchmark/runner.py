@@ -191,7 +191,9 @@ class Runner:
                 raise ConfigError(f"--budget matched:{setter}: add {setter} to --methods (it sets the budget)")
             self.method_names.remove(setter)
             self.method_names.insert(0, setter)
-        models.check_architecture(config.model)
+        model_config = models.check_architecture(config.model)
+        total_heads = model_config.num_hidden_layers * model_config.num_attention_heads
+        config.budget.target(total_heads)  # heads:K beyond the model's head count fails now, not after training
         quiet_libraries()
         self._setup_logging()
         self.experiment = Experiment(
@@ -397,6 +399,7 @@ class Runner:
             load_pretrained=load_pretrained, tokenizer_info=models.tokenizer_info(tok), device=device,
             compute_metrics=lambda preds, labels: tasks.compute_metrics(spec, preds, labels),
             log=lambda msg: log.info("[%s s%d] %s", spec.name, seed, msg),
+            count_backward=lambda n: setattr(counter, "backward", counter.backward + int(n)),
         )
 
     def _target(self, spec: tasks.TaskSpec, seed: int, total_heads: int) -> tuple[int | None, list[int] | None, str]:
@@ -536,6 +539,9 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
+    for m in method_options or {}:
+        if m not in names:
+            raise ConfigError(f"--option {m}.…: method '{m}' is not in --methods ({', '.join(names)})")
     merged_options = {m: dict(o) for m, o in p.method_options.items()}
     for name in names:  # an ablation gets the preset's sizing of the method it ablates
         parent = methods.get_method_class(name).ablation_of

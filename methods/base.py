@@ -68,6 +68,8 @@ class PruningContext:
             classification head, for zero-shot methods; ``None`` when the runner cannot provide it.
         tokenizer_info: ``{"vocab_size", "cls_token_id", "sep_token_id", "pad_token_id", "special_ids"}``.
         device: the run's torch device.
+        count_backward: ``count_backward(n)``: a method that runs backward passes itself (outside
+            ``fine_tune``) reports the number of examples they covered, for the cost columns of the record.
         log: ``log(message: str)``; goes to the run's log.
     """
 
@@ -87,6 +89,7 @@ class PruningContext:
     tokenizer_info: dict[str, Any] = field(default_factory=dict)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     log: Callable[[str], None] = lambda message: None
+    count_backward: Callable[[int], None] = lambda examples: None
 
     @property
     def total_heads(self) -> int:
@@ -136,6 +139,8 @@ class HeadPruner(abc.ABC):
       check then asserts it); False for methods that decide the count (AUBER) or reach it approximately.
     * ``needs_target`` -- True when the method cannot run without ``context.target_heads``.
     * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
+    * ``choices`` -- ``{option: allowed values}`` for options with a fixed set of values; checked by the
+      constructor, so a typo fails before any work starts.
     * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
       out; name them explicitly).
 
@@ -150,6 +155,7 @@ class HeadPruner(abc.ABC):
     needs_target: ClassVar[bool] = True
     reconstruction: ClassVar[bool] = False
     ablation_of: ClassVar[str | None] = None
+    choices: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.defaults))
@@ -159,6 +165,10 @@ class HeadPruner(abc.ABC):
         merged = copy.deepcopy(dict(self.defaults))
         for key, value in options.items():
             merged[key] = _coerce(self.name, key, value, self.defaults[key])
+        for key, allowed in self.choices.items():
+            if merged.get(key) not in allowed:
+                raise OptionError(f"{self.name}: option {key} must be one of {tuple(allowed)}, "
+                                  f"got {merged.get(key)!r}")
         self.options: dict[str, Any] = merged
         json.dumps(self.options)  # options must be serialisable: they go into every record and the config hash
 

@@ -63,6 +63,7 @@ class ConfidencePruner(HeadPruner):
     """
 
     name = "confidence"
+    choices = {"exclude_keys": EXCLUDE_CHOICES, "split": ("mini_train", "mini_dev", "train")}
     summary = "Voita et al. 2019 §4.1: prune heads with the lowest mean max-attention weight"
     defaults = {"exclude_keys": "sep", "split": "mini_dev", "max_examples": 0, "batch_size": 32,
                 "min_heads_per_layer": 0}

@@ -190,7 +190,8 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
         assert bool(((result.mask == 0) | (result.mask == 1)).all()), "mask has values other than 0 and 1"
         if cls.exact_budget:
             assert result.heads_pruned == target_heads, (
-                f"method '{cls.name}' declares exact_budget but pruned {result.heads_pruned} heads, not {target_heads}")
+                f"method '{cls.name}' has exact_budget=True (the default) but pruned {result.heads_pruned} heads, not "
+                f"{target_heads}; set exact_budget = False if the method decides or only approaches the count")
         if result.scores is not None:
             assert tuple(result.scores.shape) == shape, f"scores shape {list(result.scores.shape)}"
             assert bool(torch.isfinite(result.scores).all()), "scores are not all finite"

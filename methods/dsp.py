@@ -178,6 +178,7 @@ class DSPPruner(HeadPruner):
     """
 
     name = "dsp"
+    choices = {"variant": VARIANTS}
     summary = ("Li, Cotterell, Sachan 2021: Gumbel soft top-K over learned head logits, exactly K kept "
                "(pipelined/joint/STE)")
     defaults = {"variant": "pipelined", "tau0": 1000.0, "tau_end": 1e-8, "cooldown_steps": 8333, "annealing": True,
@@ -266,6 +267,7 @@ class DSPPruner(HeadPruner):
                         loss = F.cross_entropy(work(**inputs).logits.float(), batch["labels"])
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()
+                        context.count_backward(int(batch["labels"].shape[0]))
                         if opts["max_grad_norm"] > 0:
                             torch.nn.utils.clip_grad_norm_([w, *model_params], opts["max_grad_norm"])
                         optimizer.step()

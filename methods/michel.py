@@ -130,6 +130,7 @@ class MichelPruner(HeadPruner):
     """
 
     name = "michel"
+    choices = {"estimator": ESTIMATORS, "mode": MODES, "split": ("mini_train", "mini_dev", "train")}
     summary = "Michel et al. 2019: prune heads with the lowest E|dL/d gate| (one-shot or iterative)"
     defaults = {"estimator": "example", "normalize_by_layer": True, "mode": "one-shot", "step_fraction": 0.1,
                 "split": "mini_train", "max_examples": 0, "batch_size": 32, "min_heads_per_layer": 0}
@@ -147,8 +148,9 @@ class MichelPruner(HeadPruner):
 
         def scores_for(mask: torch.Tensor | None) -> torch.Tensor:
             batches = context.batches(opts["split"], batch_size=opts["batch_size"])
-            imp, _ = head_importance(model, batches, context.num_layers, context.num_heads,
+            imp, n = head_importance(model, batches, context.num_layers, context.num_heads,
                                      estimator=opts["estimator"], base_mask=mask, max_examples=opts["max_examples"])
+            context.count_backward(n)
             return normalize_by_layer(imp) if opts["normalize_by_layer"] else imp
 
         mask = torch.ones(context.num_layers, context.num_heads)

@@ -275,6 +275,7 @@ class RedundancyPruner(HeadPruner):
     """
 
     name = "redundancy"
+    choices = {"distance": DISTANCES, "linkage": LINKAGES, "model_source": SOURCES}
     summary = ("Bian et al. 2021 (reconstruction): cluster heads by attention-map distance on random tokens of the "
                "pre-trained model; keep one medoid per cluster (zero-shot)")
     defaults = {"num_sequences": 100, "seq_length": 128, "distance": "js", "linkage": "average",

@@ -279,6 +279,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
                     loss = ce + lam * penalty() if lam else ce
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
+                    context.count_backward(int(batch["labels"].shape[0]))
                     if opts["max_grad_norm"] > 0:
                         torch.nn.utils.clip_grad_norm_([log_a, *model_params], opts["max_grad_norm"])
                     optimizer.step()
@@ -347,6 +348,7 @@ class VoitaPruner(HeadPruner):
     """
 
     name = "voita"
+    choices = {"selection": SELECTIONS, "penalty_reduction": REDUCTIONS}
     summary = ("Voita et al. 2019: hard-concrete L0 head gates trained on mini-train; prune the closed gates "
                "(lambda search, or top-K, for a budget)")
     defaults = {"l0_lambda": 0.0015, "penalty_reduction": "sum", "beta": 0.33, "gamma": -0.1, "zeta": 1.1,

@@ -75,7 +75,8 @@ def test_records_carry_the_protocol_fields(smoke_run):
             assert r["budget"]["target"] == r["heads_pruned"] == round(0.3 * 72)
         assert set(r["metrics"]) == ({"accuracy", "f1"} if r["task"] == "mrpc" else {"accuracy"})
     michel = next(r for r in records if r["method"] == "michel")
-    assert michel["cost"]["backward_examples"] == 0 and michel["cost"]["forward_examples"] >= 48
+    # michel: one forward+backward over mini-train (48) for the gate gradients, plus the 64 dev examples
+    assert michel["cost"]["backward_examples"] == 48 and michel["cost"]["forward_examples"] == 48 + 64
     assert (smoke_run / "base" / "wnli-seed0" / "config.json").exists()
 
 
@@ -194,9 +195,15 @@ def test_cli_list_and_bad_options(glue_dir, tmp_path):
         (["--seeds", "a,b"], "expected N or a comma-separated list"),
         (["--device", "tpu"], "expected auto, cpu, cuda"),
         (["--data-dir", str(tmp_path / "nowhere")], "nowhere"),
+        # checked before any fine-tuning starts
+        (["--budget", "heads:500"], "the model has 72 heads"),
+        (["--option", "michel.mode=iterativ", "--methods", "michel"], "michel: option mode must be one of"),
+        (["--option", "michel.mode=iterative", "--methods", "random"], "method 'michel' is not in --methods"),
+        (["--model", str(tmp_path / "no-model-here")], "no model folder there"),
     ]
     for extra, message in cases:
         res = cli.invoke(main, ["run", "--preset", "smoke", "--out", str(tmp_path / "o"), "--data-dir", str(glue_dir),
                                 *extra])
         assert res.exit_code != 0, extra
         assert message in res.output, (extra, res.output)
+        assert not (tmp_path / "o" / "base").exists(), f"{extra}: fine-tuning started before the error"

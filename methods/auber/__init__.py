@@ -144,6 +144,7 @@ class AuberPruner(HeadPruner):
     """
 
     name = "auber"
+    choices = {"state": SOURCES, "norm": NORMS}
     summary = "AUBER (Lee et al. 2020): layer-wise DQN head pruning, mini-dev rewards, per-layer fine-tuning"
     exact_budget = False
     needs_target = False
