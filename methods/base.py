@@ -16,6 +16,7 @@ are plain JSON values with documented defaults, and all the work happens in :met
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import json
 from dataclasses import dataclass, field
@@ -27,6 +28,9 @@ from torch import nn
 Batch = dict[str, torch.Tensor]
 """One batch on the run's device: ``input_ids``, ``attention_mask``, ``token_type_ids`` (all ``[B, T]`` long)
 and ``labels`` (``[B]`` long)."""
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+"""The keys of a :data:`Batch` that the model's forward takes (``labels`` is left to the method)."""
 
 SPLITS = ("mini_train", "mini_dev", "train")
 """Splits a method may read: ``train`` is the whole train-derived pool (= mini_train + mini_dev), for methods
@@ -219,6 +223,21 @@ def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
     raise OptionError(
         f"option '{key}' of method '{method}' expects {target.__name__} (default {default!r}), got {value!r}"
     )
+
+
+def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:
+    """The model's inputs of a batch (:data:`MODEL_INPUTS`), without ``labels``."""
+    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
+
+
+@contextlib.contextmanager
+def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Seed torch's global RNG (dropout) inside the block; the caller's RNG state (and the CUDA one of
+    ``device``) is restored afterwards, so a method's randomness depends on its seed only."""
+    devices = [device] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 def check_mask(mask: torch.Tensor, num_layers: int, num_heads: int, where: str = "mask") -> torch.Tensor:

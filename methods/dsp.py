@@ -53,23 +53,21 @@ RNG state is restored afterwards.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult
+from methods.base import HeadPruner, PruningContext, PruningResult, model_inputs, seeded_torch_rng
 from methods.heads import apply_head_mask
 from methods.registry import register
 
 VARIANTS = ("pipelined", "joint", "ste")
 TINY = torch.finfo(torch.float64).tiny
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 # --------------------------------------------------------------------------------------------- relaxations
@@ -149,14 +147,6 @@ def temperature(step: int, tau0: float, tau_end: float, cooldown: int, annealing
 
 
 # --------------------------------------------------------------------------------------------- the method
-
-
-@contextlib.contextmanager
-def _seeded_rng(seed: int, device: torch.device) -> Iterator[None]:
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
 
 
 @register
@@ -252,7 +242,7 @@ class DSPPruner(HeadPruner):
         tau = opts["tau_end"]
         handle = apply_head_mask(work, torch.ones(num_layers, num_heads, device=device))
         try:
-            with _seeded_rng(int(context.seed) * 7_919 + 23, device):
+            with seeded_torch_rng(int(context.seed) * 7_919 + 23, device):
                 work.train()
                 while step < total_steps:
                     for batch in context.batches("mini_train", batch_size=opts["batch_size"], shuffle=True,
@@ -263,7 +253,7 @@ class DSPPruner(HeadPruner):
                             tau = temperature(step, opts["tau0"], opts["tau_end"], cooldown, opts["annealing"])
                             mask = gumbel_soft_top_k(w, keep, tau, gen)
                         handle.set_mask(mask)
-                        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+                        inputs = model_inputs(batch)
                         loss = F.cross_entropy(work(**inputs).logits.float(), batch["labels"])
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()

@@ -64,22 +64,20 @@ of the caller is restored afterwards.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs, seeded_torch_rng
 from methods.heads import apply_head_mask
 from methods.registry import register
 
 SELECTIONS = ("closed", "threshold", "topk")
 REDUCTIONS = ("sum", "mean")
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 # --------------------------------------------------------------------------------------------- the gate
@@ -180,19 +178,6 @@ def select_heads(log_a: torch.Tensor, selection: str, target: int | None = None,
 # --------------------------------------------------------------------------------------------- training
 
 
-@contextlib.contextmanager
-def _seeded_rng(seed: int, device: torch.device) -> Iterator[None]:
-    """Seed torch's global RNG (dropout) inside the block and restore the caller's state afterwards."""
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
-def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
-
-
 def train_gates(model: nn.Module, context: PruningContext, options: dict[str, Any], lam: float,
                 salt: int = 0) -> dict[str, Any]:
     """One gate-training run at penalty ``lam`` on a deep copy of ``model``.
@@ -249,7 +234,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
         handle.set_mask(deterministic_gates(log_a.detach(), gamma, zeta))
         ce_sum, n, preds, labels = 0.0, 0, [], []
         for batch in context.batches("mini_dev", batch_size=opts["batch_size"]):
-            logits = work(**_inputs(batch)).logits.float()
+            logits = work(**model_inputs(batch)).logits.float()
             ce_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
             n += int(batch["labels"].shape[0])
             preds.append(logits.argmax(-1).cpu())
@@ -266,7 +251,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
     step = epoch = 0
     handle = apply_head_mask(work, torch.ones(num_layers, num_heads, device=device))
     try:
-        with _seeded_rng(int(context.seed) * 7_919 + 17 + salt, device):
+        with seeded_torch_rng(int(context.seed) * 7_919 + 17 + salt, device):
             work.train()
             while step < total and not stopped_early:
                 order_seed = int(context.seed) * 1_000 + epoch + 100_000 * salt
@@ -274,7 +259,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
                                              seed=order_seed):
                     gates = sample_gates(log_a, gen, beta, gamma, zeta, eps)
                     handle.set_mask(gates)
-                    logits = work(**_inputs(batch)).logits.float()
+                    logits = work(**model_inputs(batch)).logits.float()
                     ce = F.cross_entropy(logits, batch["labels"])
                     loss = ce + lam * penalty() if lam else ce
                     optimizer.zero_grad(set_to_none=True)

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 GLUE_ROOT = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "glue")
 
@@ -14,3 +15,12 @@ def glue_dir() -> Path:
     if not GLUE_ROOT.is_dir():
         pytest.skip(f"GLUE data folder {GLUE_ROOT} not found (set GLUE_DIR to the shared GLUE files)")
     return GLUE_ROOT
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread (OpenMP workers spin on a busy 2-core machine); restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -22,13 +22,7 @@ from methods.conformance import check_pruner, collate, synthetic_context, synthe
 from methods.heads import apply_head_mask, get_layout
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread avoids oversubscription on small shared machines."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def accuracy(preds, labels) -> float:

@@ -23,13 +23,7 @@ from methods.voita import (VoitaPruner, deterministic_gates, hard_concrete, l0_p
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread (OpenMP workers spin on a busy machine); restored afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 FAST_VOITA = {"max_steps": 4, "batch_size": 16, "evals_per_epoch": 1}
