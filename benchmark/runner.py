@@ -41,6 +41,7 @@ from methods.heads import get_layout
 log = logging.getLogger("benchmark")
 
 ORIGINAL = "original"
+OWN_BUDGET = "own"  # budget spec of a method that decides its own head count (HeadPruner.own_budget)
 PRUNE_ONLY, RECOVER, CONTROL = "prune-only", "prune+recover", "control"
 DEGENERATE_CLASS_SHARE = 0.95
 
@@ -249,9 +250,18 @@ class Runner:
     # ------------------------------------------------------------------ cells
 
     def cell_key(self, task: str, seed: int, method: str, condition: str, options: dict[str, Any] | None) -> str:
-        budget = "none" if method == ORIGINAL else self.budget_label
+        budget = self._budget_spec(method)
         opts = "-" if method == ORIGINAL else config_hash(options or {})
         return f"{task}|seed={seed}|{method}|{budget}|{condition}|opts={opts}"
+
+    def _budget_spec(self, method: str) -> str:
+        """The budget a cell of ``method`` is keyed and recorded with: ``none`` for the unpruned model, ``own`` for
+        a method that decides its own count (``HeadPruner.own_budget``, e.g. AUBER), else the run's budget."""
+        if method == ORIGINAL:
+            return "none"
+        if methods.get_method_class(method).own_budget:
+            return OWN_BUDGET
+        return self.budget_label
 
     def planned_cells(self) -> list[tuple[str, int, str, str]]:
         """(task, seed, method, condition) of every cell of this run, in execution order."""
@@ -433,7 +443,12 @@ class Runner:
             pruner = methods.create(method, **self.cfg.method_options.get(method, {}))
             options = pruner.get_options()
             is_setter = self.cfg.budget.kind == "matched" and method == self.cfg.budget.value
-            target, per_layer, budget_note = (None, None, "sets the budget") if is_setter else self._target(spec, seed, total)
+            if is_setter:
+                target, per_layer, budget_note = None, None, f"decides its own count; sets the budget {self.budget_label}"
+            elif pruner.own_budget:
+                target, per_layer, budget_note = None, None, "decides its own count"
+            else:
+                target, per_layer, budget_note = self._target(spec, seed, total)
             if target is None and pruner.needs_target and not is_setter:
                 raise ConfigError(f"method '{method}' needs a head budget")
             cache_key = (spec.name, seed, method)
@@ -475,7 +490,7 @@ class Runner:
             "method": method,
             "method_options": options,
             "condition": condition,
-            "budget": {"spec": "none" if method == ORIGINAL else self.budget_label, "target": target,
+            "budget": {"spec": self._budget_spec(method), "target": target,
                        "achieved": achieved, "note": budget_note},
             "heads_total": total,
             "heads_pruned": achieved,

@@ -5,12 +5,17 @@ A record is appended with a single ``write`` of one complete line to a file open
 flushed and fsync'ed, so a killed run leaves at most one incomplete last line. On open, an incomplete or
 unparsable last line is cut off (and reported) before anything is appended; a finished cell is never written
 twice (its key is checked first). Together: kill -9 at any moment, rerun, nothing lost or duplicated.
+
+Appends and the tail repair hold an exclusive ``flock`` on the file (POSIX), so several ``bench run`` processes
+may share one folder when they compute disjoint cells (e.g. one process per task): a process that starts cannot
+cut off a line another process is writing at that moment.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,6 +23,24 @@ log = logging.getLogger("benchmark")
 
 RECORDS = "records.jsonl"
 FAILURES = "failures.jsonl"
+
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no cross-process lock; one process per folder there
+    fcntl = None
+
+
+@contextmanager
+def _locked(fd: int):
+    """Hold an exclusive advisory lock on the open file ``fd`` (no-op where fcntl does not exist)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _repair_tail(path: Path) -> int:
@@ -30,7 +53,12 @@ def _repair_tail(path: Path) -> int:
     """
     if not path.exists():
         return 0
-    data = path.read_bytes()
+    with open(path, "r+b") as fh, _locked(fh.fileno()):
+        return _repair_locked(path, fh)
+
+
+def _repair_locked(path: Path, fh) -> int:
+    data = fh.read()
     good_end = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
     for number, line in enumerate(data[:good_end].splitlines(), start=1):
         try:
@@ -39,10 +67,9 @@ def _repair_tail(path: Path) -> int:
             raise ValueError(f"{path}: line {number} is not valid JSON (edited by hand?); fix or remove it") from None
     removed = len(data) - good_end
     if removed:
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-            fh.flush()
-            os.fsync(fh.fileno())
+        fh.truncate(good_end)
+        fh.flush()
+        os.fsync(fh.fileno())
     return removed
 
 
@@ -66,10 +93,11 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        written = os.write(fd, line)
-        if written != len(line):  # pragma: no cover - short write on a full disk
-            raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
-        os.fsync(fd)
+        with _locked(fd):
+            written = os.write(fd, line)
+            if written != len(line):  # pragma: no cover - short write on a full disk
+                raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
+            os.fsync(fd)
     finally:
         os.close(fd)
 

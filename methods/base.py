@@ -142,6 +142,9 @@ class HeadPruner(abc.ABC):
     * ``exact_budget`` -- True when the method prunes exactly ``context.target_heads`` heads (the conformance
       check then asserts it); False for methods that decide the count (AUBER) or reach it approximately.
     * ``needs_target`` -- True when the method cannot run without ``context.target_heads``.
+    * ``own_budget`` -- True when the method never reads ``context.target_heads`` and decides the count itself
+      (AUBER). The runner then keys its cells with budget ``own``: one cell per (task, seed) serves every budget
+      of a run folder (as the budget setter of ``matched:METHOD`` too) instead of recomputing the same search.
     * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
     * ``choices`` -- ``{option: allowed values}`` for options with a fixed set of values; checked by the
       constructor, so a typo fails before any work starts.
@@ -157,6 +160,7 @@ class HeadPruner(abc.ABC):
     defaults: ClassVar[dict[str, Any]] = {}
     exact_budget: ClassVar[bool] = True
     needs_target: ClassVar[bool] = True
+    own_budget: ClassVar[bool] = False
     reconstruction: ClassVar[bool] = False
     ablation_of: ClassVar[str | None] = None
     choices: ClassVar[dict[str, tuple]] = {}

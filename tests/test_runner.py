@@ -111,6 +111,31 @@ def test_incomplete_last_line_is_repaired(tmp_path):
         RecordStore(tmp_path)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+def test_repair_waits_for_a_line_another_process_is_writing(tmp_path):
+    """Two processes sharing a folder: a store opened while another holds the append lock must not cut off the
+    half-written line; it waits, then finds the line complete."""
+    import fcntl
+    import threading
+
+    path = tmp_path / "records.jsonl"
+    first, second = json.dumps({"cell": "a"}), json.dumps({"cell": "b"})
+    path.write_text(first + "\n" + second[:5])  # a writer is mid-line ...
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # ... and holds the lock, as append_jsonl does
+    opened: list[RecordStore] = []
+    reader = threading.Thread(target=lambda: opened.append(RecordStore(tmp_path)))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive(), "the tail repair did not wait for the writer's lock"
+    os.write(fd, (second[5:] + "\n").encode())
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    reader.join(10)
+    assert [r["cell"] for r in opened[0].records()] == ["a", "b"]
+    assert path.read_text() == first + "\n" + second + "\n"
+
+
 def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, tmp_path):
     """A real `bench run` process killed with SIGKILL mid-run, then rerun, gives the same records (masks,
     predictions, metrics) as the uninterrupted run in another process: resume and determinism in one test."""
@@ -177,6 +202,35 @@ def test_matched_budget_and_recover_control(tmp_path, glue_dir):
     assert recs[("original", "control")]["heads_pruned"] == 0
     assert recs[("original", "control")]["predictions"] != recs[("original", "prune-only")]["predictions"] or \
         recs[("original", "control")]["cost"]["backward_examples"] > 0
+
+
+@register
+class OwnBudget(SelfBudgeted):
+    """Like AUBER: never reads the target, so one cell per (task, seed) serves every budget of the folder."""
+
+    name = "test-own-budget"
+    own_budget = True
+    calls = 0
+
+    def prune(self, model, context):
+        assert context.target_heads is None, "an own-budget method must not be handed a target"
+        type(self).calls += 1
+        return super().prune(model, context)
+
+
+def test_own_budget_method_runs_once_for_every_budget(tmp_path, glue_dir):
+    OwnBudget.calls = 0
+    _run(tmp_path, glue_dir, methods_spec="random,test-own-budget", tasks_spec="wnli", budget="fraction:0.5")
+    _run(tmp_path, glue_dir, methods_spec="random,test-own-budget", tasks_spec="wnli", budget="matched:test-own-budget")
+    assert OwnBudget.calls == 1  # the second run reused the cell as the budget setter
+    recs = RecordStore(tmp_path).records()
+    own = [r for r in recs if r["method"] == "test-own-budget"]
+    assert len(own) == 1 and own[0]["budget"]["spec"] == "own" and own[0]["budget"]["target"] is None
+    assert own[0]["cell"].split("|")[3] == "own"
+    by_budget = {r["budget"]["spec"]: r for r in recs if r["method"] == "random"}
+    assert set(by_budget) == {"fraction:0.5", "matched:test-own-budget"}
+    assert by_budget["fraction:0.5"]["heads_pruned"] == 36
+    assert by_budget["matched:test-own-budget"]["heads_pruned"] == own[0]["heads_pruned"] == 7
 
 
 def test_cli_list_and_bad_options(glue_dir, tmp_path):

@@ -148,6 +148,7 @@ class AuberPruner(HeadPruner):
     summary = "AUBER (Lee et al. 2020): layer-wise DQN head pruning, mini-dev rewards, per-layer fine-tuning"
     exact_budget = False
     needs_target = False
+    own_budget = True  # never reads context.target_heads: one cell per (task, seed) for every budget
     defaults = {
         "episodes": 150, "state": "value", "norm": "l1", "reverse": False,
         "minidev_fraction": 0.25, "minidev_max_examples": 0, "minitrain_max_examples": 0,
