@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import platform
 import subprocess
 import time
@@ -230,21 +231,43 @@ class Runner:
         self._handler = handler
 
     def _check_run_json(self) -> None:
+        """Refuse a folder made with another experiment configuration; accept a subset or superset of its tasks.
+
+        The data hashes are compared per file: a task this run leaves out is no conflict (one process per task
+        may share a folder), a task it adds is merged into ``run.json``; the same file with another hash is
+        refused. Afterwards ``self.experiment.data_hashes`` holds the folder's hashes (all its tasks), so every
+        record of the folder carries the same config hash.
+
+        Raises:
+            ConfigError: a setting or a data file's hash differs from the folder's; the message lists each change.
+        """
         path = self.out / "run.json"
         current = self.experiment.as_dict()
-        if path.exists():
-            stored = json.loads(path.read_text())
-            old = stored.get("experiment", {})
-            if config_hash(old) != config_hash(current):
-                changes = "\n  ".join(diff_dicts(old, current))
-                raise ConfigError(
-                    f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
-                    f"  {changes}\nUse another --out folder, or the same options as before."
-                )
+        if not path.exists():
+            self._write_run_json(path, {"created": _now()})
             return
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"experiment": current, "config_hash": self.experiment.digest(),
-                                   "created": _now()}, indent=2, sort_keys=True))
+        stored = json.loads(path.read_text())
+        old = stored.get("experiment", {})
+        old_hashes, new_hashes = old.get("data_hashes", {}), current.get("data_hashes", {})
+        changes = diff_dicts({k: v for k, v in old.items() if k != "data_hashes"},
+                             {k: v for k, v in current.items() if k != "data_hashes"})
+        changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
+                    for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
+        if changes:
+            raise ConfigError(
+                f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
+                f"  " + "\n  ".join(changes) + "\nUse another --out folder, or the same options as before."
+            )
+        added = sorted(set(new_hashes) - set(old_hashes))
+        self.experiment.data_hashes = {**old_hashes, **new_hashes}
+        if added:
+            log.info("run.json: adding data files %s", ", ".join(added))
+            self._write_run_json(path, {k: v for k, v in stored.items() if k not in ("experiment", "config_hash")})
+
+    def _write_run_json(self, path: Path, extra: dict[str, Any]) -> None:
+        tmp = path.with_name(f"run.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**extra, "experiment": self.experiment.as_dict(),
+                                   "config_hash": self.experiment.digest()}, indent=2, sort_keys=True))
         tmp.replace(path)
 
     # ------------------------------------------------------------------ cells

@@ -97,6 +97,27 @@ def test_changed_configuration_is_refused(smoke_run, glue_dir):
         Runner(_config(smoke_run, glue_dir, preset="quick"))
 
 
+def test_task_subsets_share_a_folder_but_changed_data_is_refused(smoke_run, glue_dir, tmp_path):
+    full = json.loads((smoke_run / "run.json").read_text())
+    # a subset of the folder's tasks (one process per task) is accepted; the folder's hashes are kept
+    runner = Runner(_config(smoke_run, glue_dir, tasks_spec="mrpc"))
+    runner.close()
+    assert runner.experiment.digest() == full["config_hash"]
+    assert json.loads((smoke_run / "run.json").read_text()) == full
+    # a new task is added to run.json
+    other = tmp_path / "other"
+    Runner(_config(other, glue_dir, tasks_spec="wnli")).close()
+    Runner(_config(other, glue_dir, tasks_spec="rte")).close()
+    hashes = json.loads((other / "run.json").read_text())["experiment"]["data_hashes"]
+    assert sorted(hashes) == ["rte/dev.tsv", "rte/train.tsv", "wnli/dev.tsv", "wnli/train.tsv"]
+    # the same file with other contents is refused, naming the file
+    stored = json.loads((other / "run.json").read_text())
+    stored["experiment"]["data_hashes"]["rte/dev.tsv"] = "0" * 16
+    (other / "run.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigError, match=r"data_hashes.rte/dev.tsv: '0000000000000000' ->"):
+        Runner(_config(other, glue_dir, tasks_spec="rte"))
+
+
 def test_incomplete_last_line_is_repaired(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps({"cell": "a", "x": 1}) + "\n" + '{"cell": "b", "x"')
