@@ -812,8 +812,10 @@ def _tick(u: Unit, sep: str = "\n") -> str:
     return sep.join(parts)
 
 
-def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path]:
-    """Bars of each unit's mean score with a 95% t CI and the seeds as dots; original / control / majority as lines."""
+def plot_scores(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path]:
+    """Each unit's mean score as a point with its 95% t CI and the seeds as small dots; original / control /
+    majority as lines. Points rather than bars: the y-axis is zoomed to the scores, and a bar on a zoomed axis
+    would draw its length (the score) out of proportion."""
     bars = [u for u in r.units if u.name not in (ORIGINAL, CONTROL_NAME)]
     if not bars:
         return []
@@ -827,11 +829,12 @@ def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path
         if np.isfinite(s["ci_low"]):
             err = [[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]]
             values += [s["ci_low"], s["ci_high"]]
-        ax.bar(i, s["mean"], width=0.7, color=colors.get(u.name, "#888888"), edgecolor="black", linewidth=0.5,
-               yerr=err, capsize=2, error_kw={"elinewidth": 0.8}, zorder=2)
+        color = colors.get(u.name, "#888888")
+        ax.errorbar(i, s["mean"], yerr=err, fmt="o", markersize=6, color=color, markeredgecolor="black",
+                    markeredgewidth=0.5, ecolor=color, elinewidth=1.2, capsize=3, zorder=3)
         pts = np.array(list(s["scores"].values()))
-        jitter = np.linspace(-0.15, 0.15, len(pts)) if len(pts) > 1 else np.zeros(1)
-        ax.scatter(i + jitter, pts, s=6, color="white", edgecolor="black", linewidth=0.5, zorder=3)
+        jitter = np.linspace(-0.12, 0.12, len(pts)) if len(pts) > 1 else np.zeros(1)
+        ax.scatter(i + 0.25 + jitter, pts, s=7, color="white", edgecolor="black", linewidth=0.5, zorder=3)
         values += [s["mean"], *pts]
     lines = [(ORIGINAL, "original", "--"), (CONTROL_NAME, "control", "-.")]
     for name, label, style in lines:
@@ -859,7 +862,8 @@ def plot_bars(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Path
                  f"n = {n} seed{'s' if n != 1 else ''}", fontsize=9)
     fig.legend(loc="outside lower center", frameon=False, ncol=3)
     ax.grid(axis="y", linewidth=0.3, alpha=0.6, zorder=0)
-    return _save(fig, folder, f"bars_{r.task}{_suffix(r.group)}")
+    ax.set_xlim(-0.6, len(bars) - 0.4)
+    return _save(fig, folder, f"scores_{r.task}{_suffix(r.group)}")
 
 
 def _has_sweep(r: GroupResult) -> bool:
@@ -1066,7 +1070,7 @@ def make_plots(data: RunData, results: list[GroupResult], folder: Path) -> list[
     colors, markers = _palette(data), _markers(data)
     jobs = []
     for r in results:
-        jobs.append((f"bars {r.task} {r.group}", lambda r=r: plot_bars(r, folder, colors)))
+        jobs.append((f"scores {r.task} {r.group}", lambda r=r: plot_scores(r, folder, colors)))
         jobs.append((f"sweep {r.task} {r.group}", lambda r=r: plot_sweep(r, folder, colors, markers)))
     for task in sorted({r.task for r in results}, key=_task_key):
         jobs.append((f"masks {task}", lambda t=task: plot_masks(data, t, folder)))

@@ -119,17 +119,17 @@ def test_report_writes_markdown_csv_latex_and_plots(built):
     for name in ("report.md", "scores.csv", "comparisons.csv", "summary.csv", "cost.csv", "missing.csv", "tables.tex"):
         assert (out / name).stat().st_size > 0, name
     plots = out / "plots"
-    for stem in ("bars_mrpc", "bars_cola", "masks_mrpc", "masks_cola", "sweep_mrpc", "sweep_cola",
+    for stem in ("scores_mrpc", "scores_cola", "masks_mrpc", "masks_cola", "sweep_mrpc", "sweep_cola",
                  "auber_layers_mrpc", "cost_vs_score"):
         for ext in ("png", "pdf"):
             path = plots / f"{stem}.{ext}"
             assert path.stat().st_size > 1000, path
-    assert (plots / "bars_mrpc.png").read_bytes()[:4] == b"\x89PNG"
-    assert (plots / "bars_mrpc.pdf").read_bytes()[:4] == b"%PDF"
+    assert (plots / "scores_mrpc.png").read_bytes()[:4] == b"\x89PNG"
+    assert (plots / "scores_mrpc.pdf").read_bytes()[:4] == b"%PDF"
     tex = (out / "tables.tex").read_text()
     assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"$\pm$", r"\begin{table}"))
     md = (out / "report.md").read_text()
-    assert "![bars_mrpc](plots/bars_mrpc.png)" in md
+    assert "![scores_mrpc](plots/scores_mrpc.png)" in md
 
 
 def test_markdown_table_has_the_right_means_and_sds(built):
