@@ -702,6 +702,21 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
     return pd.DataFrame(num_rows), txt
 
 
+def wall_per_seed(data: RunData) -> pd.DataFrame:
+    """Wall seconds of every cell, one row per (method, budget, condition) unit and one column per ``task/seed``
+    (e.g. ``mrpc/s0``); NaN where the cell is missing. Rows in the report's method order; columns by task, seed."""
+    df = data.frame
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(column=[f"{t}/s{int(s)}" for t, s in zip(df.task, df.seed)],
+                   row=[u.label for u in df.unit],
+                   wall=pd.to_numeric(df.wall_s, errors="coerce"))
+    table = df.pivot_table(index="row", columns="column", values="wall", aggfunc="first", sort=False)
+    rows = sorted(dict.fromkeys(zip(df.row, df.unit)), key=lambda ru: ru[1].sort_key)
+    columns = sorted(table.columns, key=lambda c: (_task_key(c.split("/")[0]), int(c.split("/s")[1])))
+    return table.reindex(index=[r for r, _ in rows], columns=columns)
+
+
 def cost_frames(data: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (task, unit): wall seconds per cell (mean, SD), pruning seconds, forward/backward examples (means)."""
     df = data.frame
@@ -1135,6 +1150,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     sf = scores_frame(results)
     summ_num, summ_txt = summary_frames(results)
     cost_num, cost_txt = cost_frames(data)
+    walls = wall_per_seed(data)
     missing = missing_frame(data)
     plot_paths = make_plots(data, results, out_dir / "plots") if plots and results else []
 
@@ -1182,6 +1198,9 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
                "evaluation (the seed's shared base-model fine-tuning is not counted); pruning s: the method alone; "
                "examples passed forward / backward, the dev evaluation included.\n"]
         tex_parts.append(_latex(cost_txt, "Cost per cell.", "tab:cost"))
+        walls_txt = walls.map(lambda v: f"{v:,.0f}" if np.isfinite(v) else "—").reset_index(names="method")
+        md += ["## Wall seconds per (task, seed)\n", _md(walls_txt),
+               "- One cell each (same definition as above); — where the cell is missing. CSV: `wall_per_seed.csv`.\n"]
     md.append("## Missing and failed cells\n")
     if missing.empty:
         md.append("None: every (task, seed, method) cell of the grid seen is present.\n")
@@ -1205,6 +1224,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
         cf.to_csv(out_dir / "comparisons.csv", index=False)
         summ_num.to_csv(out_dir / "summary.csv", index=False)
         cost_num.to_csv(out_dir / "cost.csv", index=False)
+        walls.to_csv(out_dir / "wall_per_seed.csv", index_label="method")
         missing.to_csv(out_dir / "missing.csv", index=False)
     if "tex" in fmts:
         (out_dir / "tables.tex").write_text("\n".join(p for p in tex_parts if p), encoding="utf-8")

@@ -132,6 +132,21 @@ def test_report_writes_markdown_csv_latex_and_plots(built):
     assert "![scores_mrpc](plots/scores_mrpc.png)" in md
 
 
+def test_wall_seconds_per_task_and_seed_are_the_records_own(built):
+    records, _, out = built
+    walls = pd.read_csv(out / "wall_per_seed.csv", index_col="method")
+    checked = 0
+    for r in records:
+        if r["condition"] != "prune-only" or r["method"] == "original":
+            continue
+        label = f"{r['method']} [{r['budget']['spec']}]"
+        assert walls.loc[label, f"{r['task']}/s{r['seed']}"] == pytest.approx(r["cost"]["wall_s"])
+        checked += 1
+    assert checked > 10
+    assert list(walls.columns)[:2] == ["mrpc/s0", "mrpc/s1"]
+    assert "## Wall seconds per (task, seed)" in (out / "report.md").read_text()
+
+
 def test_markdown_table_has_the_right_means_and_sds(built):
     records, out = built[0], built[2]
     md = (out / "report.md").read_text()
