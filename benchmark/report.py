@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark import stats
-from benchmark.store import FAILURES, RECORDS, read_jsonl
+from benchmark.store import FAILURES, PLANS, RECORDS, read_jsonl
 
 log = logging.getLogger("benchmark")
 
@@ -196,6 +196,8 @@ class RunData:
     failures: list[dict[str, Any]]
     duplicates: list[str] = field(default_factory=list)
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: planned cell keys per folder (from ``runs.jsonl``; a folder made by an older runner has none)
+    planned: dict[Path, list[str]] = field(default_factory=dict)
 
 
 def _opts_of(record: dict[str, Any]) -> str:
@@ -214,9 +216,10 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
     Failures whose cell has a record (it succeeded on a later try) are dropped.
 
     Raises:
-        FileNotFoundError: a folder does not exist.
+        FileNotFoundError: a folder does not exist, or is not a run folder (neither records.jsonl nor run.json).
     """
     paths = [Path(f) for f in folders]
+    planned: dict[Path, list[str]] = {}
     records: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
@@ -226,6 +229,9 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
         if not folder.is_dir():
             raise FileNotFoundError(f"{folder}: no such run folder")
         if not (folder / RECORDS).exists():
+            if not (folder / "run.json").exists():
+                raise FileNotFoundError(f"{folder}: not a run folder (no {RECORDS} and no run.json); give the --out "
+                                        f"folder of a `bench run`")
             _warn(f"{folder}: no {RECORDS} (nothing finished yet?)")
         for rec in read_jsonl(folder / RECORDS):
             key = rec.get("cell") or f"{rec['task']}|seed={rec['seed']}|{rec['method']}|{rec['budget']['spec']}|{rec['condition']}"
@@ -238,6 +244,9 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
             seen[key] = rec
             records.append(rec)
         failures.extend(read_jsonl(folder / FAILURES))
+        plans = read_jsonl(folder / PLANS)
+        if plans:
+            planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
     if duplicates:
         shown = ", ".join(duplicates[:3]) + (" ..." if len(duplicates) > 3 else "")
         msg = f"{len(duplicates)} duplicate cell(s) across the folders kept once (first folder wins): {shown}"
@@ -248,7 +257,8 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
     for f in failures:
         if f.get("cell") not in seen:
             latest[f.get("cell", repr(f))] = f
-    data = RunData(folders=paths, records=records, failures=list(latest.values()), duplicates=duplicates)
+    data = RunData(folders=paths, records=records, failures=list(latest.values()), duplicates=duplicates,
+                   planned=planned)
     data.frame = _frame(records)
     return data
 
@@ -744,11 +754,50 @@ def cost_frames(data: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     return num, txt
 
 
-def missing_frame(data: RunData) -> pd.DataFrame:
-    """Cells missing from the grid tasks x seeds x units seen, and failed cells (from ``failures.jsonl``).
+def _cell_fields(key: str) -> tuple[str, int, str, str, str] | None:
+    """``task|seed=N|method|budget|condition|opts=H`` -> (task, N, method, budget, condition); None if malformed."""
+    parts = key.split("|")
+    if len(parts) < 5 or not parts[1].startswith("seed="):
+        return None
+    try:
+        return parts[0], int(parts[1][5:]), parts[2], parts[3], parts[4]
+    except ValueError:
+        return None
 
-    Columns: task, seed, method, budget, condition, status ("missing" or "failed"), error.
+
+def missing_frame(data: RunData) -> pd.DataFrame:
+    """Cells a ``bench run`` planned (``runs.jsonl``) that have no record, and failed cells (``failures.jsonl``).
+
+    A folder without ``runs.jsonl`` (made by an older runner) falls back to the grid tasks x seeds x units seen
+    in it. Columns: task, seed, method, budget, condition, status ("missing" or "failed"), error.
     """
+    if data.planned:
+        return _missing_from_plans(data)
+    return _missing_from_grid(data)
+
+
+def _missing_from_plans(data: RunData) -> pd.DataFrame:
+    present = {r["cell"] for r in data.records}
+    failed = {f.get("cell"): f for f in data.failures}
+    rows, seen = [], set()
+    for folder, keys in data.planned.items():
+        for key in keys:
+            fields = _cell_fields(key)
+            if key in present or key in seen or fields is None:
+                continue
+            seen.add(key)
+            f = failed.get(key)
+            rows.append(dict(zip(("task", "seed", "method", "budget", "condition"), fields),
+                             status="failed" if f else "missing", error=(f or {}).get("error", "")))
+    for key, f in failed.items():
+        if key not in seen and key not in present:
+            fields = _cell_fields(str(key)) or (f.get("task"), f.get("seed"), f.get("method"), "?", f.get("condition", "?"))
+            rows.append(dict(zip(("task", "seed", "method", "budget", "condition"), fields), status="failed",
+                             error=f.get("error", "")))
+    return pd.DataFrame(rows, columns=["task", "seed", "method", "budget", "condition", "status", "error"])
+
+
+def _missing_from_grid(data: RunData) -> pd.DataFrame:
     df = data.frame
     rows = []
     failed = {}
@@ -1198,16 +1247,20 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
                "evaluation (the seed's shared base-model fine-tuning is not counted); pruning s: the method alone; "
                "examples passed forward / backward, the dev evaluation included.\n"]
         tex_parts.append(_latex(cost_txt, "Cost per cell.", "tab:cost"))
-        walls_txt = walls.map(lambda v: f"{v:,.0f}" if np.isfinite(v) else "—").reset_index(names="method")
+        walls_txt = walls.map(lambda v: "—" if not np.isfinite(v) else f"{v:.1f}" if v < 10 else f"{v:,.0f}"
+                              ).reset_index(names="method")
         md += ["## Wall seconds per (task, seed)\n", _md(walls_txt),
                "- One cell each (same definition as above); — where the cell is missing. CSV: `wall_per_seed.csv`.\n"]
     md.append("## Missing and failed cells\n")
     if missing.empty:
-        md.append("None: every (task, seed, method) cell of the grid seen is present.\n")
+        md.append("None: every cell " + ("planned by the folder's `bench run` commands" if data.planned
+                                         else "of the grid tasks × seeds × methods seen") + " is present.\n")
     else:
         n_failed = int((missing.status == "failed").sum())
-        md.append(f"{len(missing) - n_failed} missing and {n_failed} failed cell(s) relative to the grid "
-                  f"tasks × seeds × methods seen (failures: `failures.jsonl`; rerun `bench run` to retry):\n")
+        basis = ("the cells the folder's `bench run` commands planned (`runs.jsonl`)" if data.planned
+                 else "the grid tasks × seeds × methods seen")
+        md.append(f"{len(missing) - n_failed} missing and {n_failed} failed cell(s) relative to {basis} "
+                  f"(failures: `failures.jsonl`; rerun the command to compute them):\n")
         md.append(_md(missing.head(60)) + (f"\n({len(missing) - 60} more in missing.csv)\n" if len(missing) > 60 else ""))
     if plot_paths:
         md.append("## Plots\n")

@@ -19,6 +19,7 @@ import logging
 import os
 import platform
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -69,12 +70,21 @@ class RunConfig:
 # --------------------------------------------------------------------------- provenance
 
 
-def _git_commit() -> str:
+def _git_commit(exclude: Path | None = None) -> str:
+    """HEAD of the code's repository, with ``+dirty`` when tracked files differ from it. ``exclude`` (the run
+    folder, when it lies inside the repository, e.g. ``results/quick``) is left out of the dirty check: a run
+    rewrites its own tracked outputs (run.log, records), which says nothing about the code that made them."""
     root = Path(__file__).resolve().parents[1]
+    status = ["git", "status", "--porcelain", "--untracked-files=no"]
+    if exclude is not None:
+        try:
+            rel = Path(exclude).resolve().relative_to(root)
+            status += ["--", ".", f":(exclude){rel.as_posix()}"]
+        except ValueError:  # the run folder is outside the repository
+            pass
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(status, cwd=root, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:
             return "unknown"
         return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
@@ -173,7 +183,6 @@ class Runner:
     def __init__(self, config: RunConfig) -> None:
         self.cfg = config
         self.out = Path(config.out)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.device = models.resolve_device(config.device)
         self.task_specs = [tasks.get_task(t) for t in config.tasks]
         self.data_dir = tasks.resolve_data_dir(config.data_dir)
@@ -197,6 +206,7 @@ class Runner:
         total_heads = model_config.num_hidden_layers * model_config.num_attention_heads
         config.budget.target(total_heads)  # heads:K beyond the model's head count fails now, not after training
         quiet_libraries()
+        self.out.mkdir(parents=True, exist_ok=True)  # only now: a refused configuration leaves no empty folder
         self._setup_logging()
         self.experiment = Experiment(
             model=config.model,
@@ -214,7 +224,7 @@ class Runner:
         self.budget_label = config.budget.label + ("/per-layer" if config.match_per_layer and config.budget.kind == "matched" else "")
         self._check_run_json()
         self.store = RecordStore(self.out)
-        self.provenance = {"git_commit": _git_commit(), "versions": _versions(), "model": config.model,
+        self.provenance = {"git_commit": _git_commit(self.out), "versions": _versions(), "model": config.model,
                            "model_revision": self.experiment.model_revision,
                            "data_hashes": self.experiment.data_hashes, "config_hash": self.experiment.digest()}
         self.failures: list[dict[str, Any]] = []
@@ -314,6 +324,10 @@ class Runner:
         planned = self.planned_cells()
         keys = [self._key(*c) for c in planned]
         todo = {k for k in keys if k not in self.store}
+        self.store.add_plan({"started": _now(), "argv": sys.argv[1:], "git_commit": self.provenance["git_commit"],
+                             "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
+                             "methods": self.method_names, "budget": self.budget_label, "recover": self.cfg.recover,
+                             "cells": keys, "to_do": len(todo)})
         log.info("run %s: %d cells planned, %d to do (device %s)", self.out, len(keys), len(todo), self.device)
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         tokenizer = None

@@ -1,5 +1,6 @@
-"""The result store of a run folder: ``records.jsonl`` (one JSON line per finished cell) and
-``failures.jsonl`` (cells that raised; retried on the next run).
+"""The result store of a run folder: ``records.jsonl`` (one JSON line per finished cell),
+``failures.jsonl`` (cells that raised; retried on the next run) and ``runs.jsonl`` (one line per ``bench run``
+invocation: its command, selection and planned cell keys, so a report can tell which cells are missing).
 
 A record is appended with a single ``write`` of one complete line to a file opened in append mode, then
 flushed and fsync'ed, so a killed run leaves at most one incomplete last line. On open, an incomplete or
@@ -23,6 +24,7 @@ log = logging.getLogger("benchmark")
 
 RECORDS = "records.jsonl"
 FAILURES = "failures.jsonl"
+PLANS = "runs.jsonl"
 
 
 try:
@@ -139,3 +141,7 @@ class RecordStore:
 
     def add_failure(self, failure: dict[str, Any]) -> None:
         append_jsonl(self.folder / FAILURES, failure)
+
+    def add_plan(self, plan: dict[str, Any]) -> None:
+        """Append one ``bench run`` invocation (command, selection, planned ``cells``) to ``runs.jsonl``."""
+        append_jsonl(self.folder / PLANS, plan)

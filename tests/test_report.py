@@ -240,6 +240,31 @@ def test_partial_run_reports_missing_and_failed_cells(tmp_path):
     assert "| 2 " in row(section(md, "cola"), "michel", "fraction:0.5")  # reports what is there
 
 
+def test_missing_cells_come_from_the_planned_cells_not_a_grid(tmp_path):
+    """A folder holding a sweep on one task only: cells no command asked for are not 'missing'."""
+    records = make_records(methods={"original": ["none"], "michel": ["fraction:0.5"], "random": ["fraction:0.25"]})
+    # the fraction:0.25 sweep ran on MRPC only, and its seed-2 cell never finished
+    keep = [r for r in records if not (r["method"] == "random" and (r["task"] == "cola" or r["seed"] == 2))]
+    run = write_run(tmp_path / "run", keep)
+    plans = [{"cells": [r["cell"] for r in records if r["method"] != "random"]},
+             {"cells": [r["cell"] for r in records if r["method"] in ("original", "random") and r["task"] == "mrpc"]}]
+    (run / "runs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in plans))
+    out = build_report([run], plots=False, echo=False, n_boot=300, n_boot_examples=50)
+    missing = pd.read_csv(out / "missing.csv")
+    assert [(r.task, r.seed, r.method, r.budget, r.status) for r in missing.itertuples()] == \
+        [("mrpc", 2, "random", "fraction:0.25", "missing")]
+    assert "relative to the cells the folder's `bench run` commands planned" in (out / "report.md").read_text()
+    # without runs.jsonl (an older folder) the grid rule would also list the CoLA sweep cells
+    (run / "runs.jsonl").unlink()
+    out = build_report([run], plots=False, echo=False, n_boot=300, n_boot_examples=50)
+    assert len(pd.read_csv(out / "missing.csv")) == 4
+
+
+def test_a_folder_that_is_not_a_run_folder_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        build_report([tmp_path], plots=False, echo=False)
+
+
 def test_combining_folders_and_duplicate_cells_warn(tmp_path):
     records = make_records(seeds=(0, 1, 2, 3), methods={"original": ["none"], "michel": ["fraction:0.5"]})
     first = [r for r in records if r["seed"] < 2 or r["method"] == "original"]  # originals in both folders

@@ -80,6 +80,29 @@ def test_records_carry_the_protocol_fields(smoke_run):
     assert (smoke_run / "base" / "wnli-seed0" / "config.json").exists()
 
 
+def test_each_invocation_records_its_planned_cells(smoke_run):
+    plans = [json.loads(l) for l in (smoke_run / "runs.jsonl").read_text().splitlines()]
+    assert plans[0]["tasks"] == ["wnli", "mrpc"] and plans[0]["methods"] == ["random", "confidence", "michel"]
+    assert set(plans[0]["cells"]) == {r["cell"] for r in RecordStore(smoke_run).records()}
+    assert plans[0]["to_do"] == len(plans[0]["cells"]) and plans[0]["budget"] == "fraction:0.3"
+
+
+def test_git_dirty_check_leaves_out_the_run_folder(monkeypatch, tmp_path):
+    from benchmark import runner as runner_mod
+
+    calls = []
+
+    def fake_run(args, **kw):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="abc\n" if args[1] == "rev-parse" else "", stderr="")
+
+    monkeypatch.setattr(runner_mod.subprocess, "run", fake_run)
+    root = Path(runner_mod.__file__).resolve().parents[1]
+    assert runner_mod._git_commit(root / "results" / "x") == "abc"
+    assert calls[-1][-1] == ":(exclude)results/x"
+    assert runner_mod._git_commit(tmp_path) == "abc" and ":(exclude)" not in " ".join(calls[-1])  # outside the repo
+
+
 def test_rerun_does_no_new_work(smoke_run, glue_dir, monkeypatch):
     before = (smoke_run / "records.jsonl").read_bytes()
 
@@ -281,4 +304,4 @@ def test_cli_list_and_bad_options(glue_dir, tmp_path):
                                 *extra])
         assert res.exit_code != 0, extra
         assert message in res.output, (extra, res.output)
-        assert not (tmp_path / "o" / "base").exists(), f"{extra}: fine-tuning started before the error"
+        assert not (tmp_path / "o").exists(), f"{extra}: a refused run left a run folder behind"
