@@ -53,6 +53,8 @@ def list_cmd() -> None:
     click.echo("presets:")
     for name, p in PRESETS.items():
         click.echo(f"  {name:<14} {p.description}")
+        for method, opts in p.method_options.items():  # the preset's sizing, over the defaults listed above
+            click.echo(f"  {'':<14} {method}: " + ", ".join(f"{k}={v!r}" for k, v in opts.items()))
 
 
 @main.command("run")
@@ -102,7 +104,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
         runner.run()
     finally:
         runner.close()
-    header = (f"# bench run summary\n\nCommand: `bench {' '.join(sys.argv[1:])}`  \n"
+    header = (f"# bench run summary\n\nEvery record of the folder. Written by the last command: "
+              f"`bench {' '.join(sys.argv[1:])}` (all commands: runs.jsonl)  \n"
               f"Preset: {cfg.preset.name}; model: {cfg.model}; config hash: {runner.experiment.digest()}; "
               f"git: {runner.provenance['git_commit']}")
     table = write_summary(cfg.out, header=header)

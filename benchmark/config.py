@@ -45,7 +45,8 @@ class Budget:
         """
         if self.kind == "heads":
             if not 0 <= self.value <= total_heads:
-                raise ConfigError(f"--budget {self.label}: the model has {total_heads} heads")
+                raise ConfigError(f"--budget {self.label}: the model has {total_heads} heads; K must be in "
+                                  f"0..{total_heads}")
             return int(self.value)
         if self.kind == "fraction":
             return int(round(self.value * total_heads))

@@ -63,7 +63,11 @@ def check_architecture(name: str) -> AutoConfig:
     if name not in ALIASES and (looks_like_path or path.exists()) and not (path / "config.json").is_file():
         raise OSError(f"--model {name}: no model folder there (expected a folder with config.json, a hub name such "
                       f"as bert-base-cased, or the alias minilm-l6)")
-    config = AutoConfig.from_pretrained(resolve_model(name))
+    try:
+        config = AutoConfig.from_pretrained(resolve_model(name))
+    except OSError as exc:  # hub unreachable / unknown repo: say which option, keep the library's reason
+        raise OSError(f"--model {name}: cannot load its configuration from the Hugging Face hub ({exc}). Offline, "
+                      f"give a local model folder or the packaged alias minilm-l6") from exc
     if config.model_type not in BertLayout.supported_model_types:
         raise UnsupportedArchitectureError(
             f"--model {name}: unsupported architecture model_type={config.model_type!r}; "

@@ -576,10 +576,16 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     else:
         names = [m.strip() for m in methods_spec.split(",") if m.strip()]
         for name in names:
-            methods.get_method_class(name)
+            try:
+                methods.get_method_class(name)
+            except methods.UnknownMethodError as exc:
+                raise ConfigError(f"--methods: {exc}") from None
     if not names:
         raise ConfigError("--methods: no method given")
-    task_names = [t.name for t in tasks.resolve_tasks(tasks_spec)]
+    try:
+        task_names = [t.name for t in tasks.resolve_tasks(tasks_spec)]
+    except ValueError as exc:
+        raise ConfigError(f"--tasks: {exc}") from None
     if seeds is None:
         seed_list = list(p.seeds)
     elif seeds.strip().isdigit() and "," not in seeds:
@@ -591,9 +597,10 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
-    for m in method_options or {}:
+    for m, given in (method_options or {}).items():
         if m not in names:
-            raise ConfigError(f"--option {m}.…: method '{m}' is not in --methods ({', '.join(names)})")
+            shown = ", ".join(f"{m}.{k}" for k in given)
+            raise ConfigError(f"--option {shown}: method '{m}' is not in --methods ({', '.join(names)})")
     merged_options = {m: dict(o) for m, o in p.method_options.items()}
     for name in names:  # an ablation gets the preset's sizing of the method it ablates
         parent = methods.get_method_class(name).ablation_of

@@ -281,6 +281,8 @@ def test_cli_list_and_bad_options(glue_dir, tmp_path):
     cli = CliRunner()
     res = cli.invoke(main, ["list"])
     assert res.exit_code == 0 and "michel" in res.output and "glue-small" in res.output and "smoke" in res.output
+    presets = res.output.split("presets:")[1]
+    assert "auber: episodes=150" in presets  # the quick preset's sizing is shown, not only the defaults
     cases = [
         (["--tasks", "mrcp"], "did you mean 'mrpc'"),
         (["--methods", "michell"], "did you mean 'michel'"),

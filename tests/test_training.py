@@ -119,3 +119,14 @@ def test_device_and_budget_parsing():
         parse_budget("heads:80").target(72)
     with pytest.raises(ConfigError, match="expected heads:K, fraction:F or matched:METHOD"):
         parse_budget("half")
+
+
+def test_unreachable_hub_model_names_the_option(monkeypatch):
+    """Offline, a hub name that is not cached fails fast with an error that names --model and the way out."""
+    import huggingface_hub.constants
+
+    from benchmark import models
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(OSError, match=r"--model nobody/no-such-model: cannot load its configuration(.|\n)*minilm-l6"):
+        models.check_architecture("nobody/no-such-model")
