@@ -591,7 +591,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     elif seeds.strip().isdigit() and "," not in seeds:
         seed_list = list(range(int(seeds)))
         if not seed_list:
-            raise ConfigError("--seeds 0: need at least one seed")
+            raise ConfigError("--seeds 0: N is a count (seeds 0..N-1) and must be >= 1; for seed 0 alone write "
+                              "--seeds 1, for a list of seeds a,b,c (e.g. --seeds 0,4)")
     else:
         try:
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]

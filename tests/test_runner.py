@@ -293,6 +293,7 @@ def test_cli_list_and_bad_options(glue_dir, tmp_path):
         (["--option", "michel.mode"], "expected METHOD.OPTION=VALUE"),
         (["--option", "michel.bogus=1"], "unknown option"),
         (["--seeds", "a,b"], "expected N or a comma-separated list"),
+        (["--seeds", "0"], "for seed 0 alone write --seeds 1"),
         (["--device", "tpu"], "expected auto, cpu, cuda"),
         (["--data-dir", str(tmp_path / "nowhere")], "nowhere"),
         # checked before any fine-tuning starts
