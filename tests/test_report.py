@@ -219,6 +219,15 @@ def test_cross_task_summary_leaves_wnli_out(tmp_path):
     assert mich.wnli_majority == pytest.approx(wnli_major)
     md = (out / "report.md").read_text()
     assert "WNLI majority" in md and "adversarial" in md
+    # a row that ran on MRPC only gets no cross-task mean in the text table (it would not be comparable)
+    partial = records + [dict(r, method="random", cell=r["cell"].replace("|michel|", "|random|"))
+                         for r in records if r["task"] == "mrpc" and r["method"] == "michel"]
+    out = build_report([write_run(tmp_path / "run2", partial)], plots=False, echo=False, n_boot=300,
+                       n_boot_examples=50)
+    line = next(l for l in (out / "report.md").read_text().split("## Cross-task summary")[1].splitlines()
+                if l.startswith("| random "))
+    assert "| 1/2 " in line and "| —  " in line.split("| 1/2 ")[1][:20], line
+    assert pd.read_csv(out / "summary.csv").query("method == 'random'").iloc[0].tasks == 1
 
 
 def test_partial_run_reports_missing_and_failed_cells(tmp_path):
