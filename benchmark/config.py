@@ -109,7 +109,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "quick": Preset(
         name="quick",
-        description="packaged MiniLM-L6, 4 tasks, 3 seeds, train capped at 2000 examples (65 min for random/confidence/michel on 2 shared CPU cores)",
+        description="packaged MiniLM-L6, 4 tasks, 3 seeds, train capped at 2000 examples (every method: about 4 h on one CPU thread, results/quick)",
         model="minilm-l6",
         seeds=[0, 1, 2],
         budget="fraction:0.3",
