@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -153,6 +154,26 @@ def l0_penalty(log_a: torch.Tensor, beta: float = 0.33, gamma: float = -0.1, zet
     return per_layer.sum() if reduction == "sum" else per_layer.mean()
 
 
+def close_threshold(gamma: float = -0.1, zeta: float = 1.1) -> float:
+    """The ``log_a`` at and below which the deterministic gate is exactly 0: ``logit(-gamma / (zeta - gamma)) =
+    log(-gamma / zeta)`` (-2.398 with the defaults)."""
+    return math.log(-gamma / zeta)
+
+
+def max_travel(gate_lr: float, steps: int, linear_decay: bool = True) -> float:
+    """How far (in ``log_a`` units) a gate can move in ``steps`` AdamW steps: the sum of the step's learning rates,
+    ``gate_lr * sum_t (1 - t / steps)`` with linear decay (``gate_lr * (steps + 1) / 2``), ``gate_lr * steps``
+    without. Adam moves a parameter whose gradient keeps its sign by about ``lr`` per step whatever the gradient's
+    size, so this is the distance a gate travels when both the task loss and the penalty push it one way; an
+    estimate (a bias-corrected Adam step can exceed ``lr`` when gradients shrink), used to warn when the step
+    budget, not lambda, decides which gates can close."""
+    if steps <= 0:
+        return 0.0
+    if not linear_decay:
+        return float(gate_lr) * steps
+    return float(gate_lr) * sum(1.0 - t / steps for t in range(steps))
+
+
 def select_heads(log_a: torch.Tensor, selection: str, target: int | None = None, gamma: float = -0.1,
                  zeta: float = 1.1) -> torch.Tensor:
     """Final ``[L, H]`` 0/1 mask (1 = keep) from trained gates.
@@ -191,7 +212,9 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
 
     Returns:
         ``{"log_a": [L, H] float32 CPU, "model": the trained copy (eval mode; hooks removed), "steps": int,
-        "stopped_early": bool, "best_objective": float | None, "history": [...]}``.
+        "stopped_early": bool, "best_objective": float | None, "history": [...], "planned_steps": int,
+        "max_travel": float (see :func:`max_travel`), "closable": int (heads whose initial log_a lies within
+        max_travel of :func:`close_threshold`)}``.
 
     Raises:
         ValueError: empty ``mini_train``.
@@ -224,6 +247,8 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
     decay = (lambda step: max(0.0, 1.0 - step / total)) if opts["linear_decay"] else (lambda step: 1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
     eval_every = max(1, steps_per_epoch // max(1, opts["evals_per_epoch"]))
+    travel = max_travel(opts["gate_lr"], total, opts["linear_decay"])
+    closable = int((init - travel <= close_threshold(gamma, zeta)).sum())
 
     def penalty() -> torch.Tensor:
         return l0_penalty(log_a, beta, gamma, zeta, eps, opts["penalty_reduction"])
@@ -298,7 +323,8 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
         p.requires_grad_(True)
     work.eval()
     return {"log_a": log_a.detach().cpu().float(), "model": work, "steps": step, "stopped_early": stopped_early,
-            "best_objective": None if best_state is None else round(best_obj, 6), "history": history}
+            "best_objective": None if best_state is None else round(best_obj, 6), "history": history,
+            "planned_steps": total, "max_travel": travel, "closable": closable}
 
 
 # --------------------------------------------------------------------------------------------- the method
@@ -420,7 +446,21 @@ class VoitaPruner(HeadPruner):
             reached = "exact" if best["pruned"] == target else f"nearest (off by {best['pruned'] - target:+d})"
             how = f"lambda search over {len(runs)} run(s): {reached} at lambda={best['lambda']:g}"
         gates = deterministic_gates(best["log_a"], opts["gamma"], opts["zeta"])
+        reach = {"max_travel": round(best["max_travel"], 6), "closable_heads": best["closable"],
+                 "close_threshold": round(close_threshold(opts["gamma"], opts["zeta"]), 6)}
+        if best["closable"] < total and selection != "topk":
+            message = (f"voita: within {best['planned_steps']} steps at gate_lr={opts['gate_lr']:g} a gate's log_a moves "
+                       f"at most about {best['max_travel']:.2f}, and closing needs log_a <= "
+                       f"{reach['close_threshold']:.2f}: only {best['closable']} of {total} heads start close "
+                       f"enough to close, so the initialisation, not lambda, caps the count"
+                       + (f" below the target {target}" if target is not None and best["closable"] < target else "")
+                       + "; raise the option epochs or gate_lr")
+            context.log(message)
+            reach["warning"] = message
+            if target is not None and best["closable"] < target:
+                warnings.warn(message, UserWarning, stacklevel=2)
         trace = {**base_trace, "achieved": best["pruned"], "how": how, "lambda": best["lambda"], "runs": runs,
+                 **reach,
                  "deterministic_gates": [[round(float(v), 6) for v in row] for row in gates],
                  "log_a": [[round(float(v), 6) for v in row] for row in best["log_a"]]}
         retrained = bool(opts["joint"])

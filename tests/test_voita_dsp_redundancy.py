@@ -18,8 +18,8 @@ from methods.dsp import (TINY, gumbel_noise, gumbel_soft_top_k, hard_top_k, soft
 from methods.heads import get_layout
 from methods.redundancy import (clear_cache, cluster_medoid_mask, model_digest, pairwise_head_distances,
                                 random_token_batches, redundancy_matrix)
-from methods.voita import (VoitaPruner, deterministic_gates, hard_concrete, l0_penalty, prob_fully_open, prob_open,
-                           sample_gates, select_heads, train_gates)
+from methods.voita import (VoitaPruner, close_threshold, deterministic_gates, hard_concrete, l0_penalty, max_travel,
+                           prob_fully_open, prob_open, sample_gates, select_heads, train_gates)
 
 
 
@@ -274,7 +274,7 @@ def test_voita_topk_conforms_and_prunes_exactly_k():
 
 
 def test_voita_lambda_search_conforms_and_records_how_the_count_was_reached():
-    result = check_pruner("voita", target_heads=3, search_runs=3, search_factor=100.0, gate_lr=0.5, **FAST_VOITA)
+    result = check_pruner("voita", target_heads=3, search_runs=3, search_factor=100.0, gate_lr=2.0, **FAST_VOITA)
     trace = result.trace
     runs = trace["runs"]
     assert 1 <= len(runs) <= 3 and trace["achieved"] == result.heads_pruned
@@ -283,6 +283,36 @@ def test_voita_lambda_search_conforms_and_records_how_the_count_was_reached():
     lambdas = [r["lambda"] for r in runs]
     assert lambdas[0] == pytest.approx(0.0015) and len(set(lambdas)) == len(lambdas)
     assert not methods.get_method_class("voita").exact_budget
+
+
+def test_gate_travel_and_close_threshold_known_values():
+    assert close_threshold() == pytest.approx(math.log(1 / 11))
+    assert float(deterministic_gates(torch.tensor(close_threshold()))) == pytest.approx(0.0, abs=1e-7)
+    assert float(deterministic_gates(torch.tensor(close_threshold() + 1e-3))) > 0
+    assert max_travel(0.1, 47) == pytest.approx(0.1 * 48 / 2)  # linear decay: lr * (steps + 1) / 2
+    assert max_travel(0.1, 47, linear_decay=False) == pytest.approx(4.7)
+    assert max_travel(0.4, 15) == pytest.approx(3.2) and max_travel(0.5, 0) == 0.0
+
+
+def test_voita_says_when_the_step_budget_not_lambda_caps_the_count(trained_tiny):
+    model, ctx = trained_tiny
+    opts = dict(VoitaPruner.defaults, max_steps=3, gate_lr=0.1, early_stopping=False)
+    short = train_gates(model, ctx, opts, 10.0)
+    init = train_gates(model, ctx, dict(opts, gate_lr=0.0), 0.0)["log_a"].double()
+    reachable = init - max_travel(0.1, 3) <= close_threshold()
+    assert short["closable"] == int(reachable.sum()) < init.numel()
+    # Even a huge lambda closes no gate that starts out of reach (Adam moves each log_a about lr per step).
+    closed = deterministic_gates(short["log_a"]) == 0
+    assert not (closed & ~reachable).any()
+    ctx.target_heads = init.numel()
+    try:
+        with pytest.warns(UserWarning, match="initialisation, not lambda, caps the count below the target"):
+            result = methods.create("voita", max_steps=3, search_runs=1, l0_lambda=10.0).prune(model, ctx)
+    finally:
+        ctx.target_heads = None
+    assert result.trace["closable_heads"] == short["closable"] and "raise the option epochs" in result.trace["warning"]
+    long = methods.create("voita", max_steps=40, epochs=100.0, gate_lr=0.5).prune(model, ctx)
+    assert long.trace["closable_heads"] == init.numel() and "warning" not in long.trace
 
 
 def test_voita_joint_returns_the_retrained_model_and_runs_without_target():
