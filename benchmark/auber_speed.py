@@ -53,7 +53,7 @@ def _load(args):
     if args.model and Path(args.model).is_dir():
         from transformers import AutoModelForSequenceClassification
 
-        model = AutoModelForSequenceClassification.from_pretrained(args.model)
+        model = AutoModelForSequenceClassification.from_pretrained(args.model, dtype=torch.float32)
         has_tokenizer = any((Path(args.model) / f).exists() for f in ("tokenizer.json", "vocab.txt"))
         tokenizer = models.load_tokenizer(args.model if has_tokenizer else args.tokenizer)
     else:

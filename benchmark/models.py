@@ -83,8 +83,10 @@ def load_classifier(name: str, num_labels: int, attn_implementation: str = "sdpa
         UnsupportedArchitectureError: see :func:`check_architecture`.
     """
     check_architecture(name)
+    # dtype: transformers 5 loads a checkpoint in the dtype it was saved in ("auto"); a half-precision hub
+    # checkpoint would then fine-tune in fp16 without loss scaling. The suite trains and compares in fp32.
     model = AutoModelForSequenceClassification.from_pretrained(
-        resolve_model(name), num_labels=num_labels, attn_implementation=attn_implementation
+        resolve_model(name), num_labels=num_labels, attn_implementation=attn_implementation, dtype=torch.float32
     )
     return model.eval()
 

@@ -388,7 +388,7 @@ class Runner:
             log.info("reusing base model %s", folder)
             from transformers import AutoModelForSequenceClassification
 
-            return AutoModelForSequenceClassification.from_pretrained(folder).to(self.device).eval()
+            return AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).to(self.device).eval()
         torch.manual_seed(seed)  # the classification head's initialisation
         model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
         start = time.time()

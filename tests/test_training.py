@@ -105,6 +105,14 @@ def test_model_alias_and_unsupported_architecture(tmp_path):
         models.check_architecture(str(tmp_path))
 
 
+def test_a_half_precision_checkpoint_loads_in_fp32(tmp_path):
+    # transformers 5 loads in the saved dtype by default; fine-tuning an fp16 checkpoint in fp16 would be silent
+    cfg = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+    BertForSequenceClassification(cfg).half().save_pretrained(tmp_path)
+    model = models.load_classifier(str(tmp_path), num_labels=2)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
 def test_device_and_budget_parsing():
     assert models.resolve_device("cpu").type == "cpu"
     expected = "cuda" if torch.cuda.is_available() else "cpu"
