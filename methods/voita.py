@@ -160,18 +160,31 @@ def close_threshold(gamma: float = -0.1, zeta: float = 1.1) -> float:
     return math.log(-gamma / zeta)
 
 
-def max_travel(gate_lr: float, steps: int, linear_decay: bool = True) -> float:
-    """How far (in ``log_a`` units) a gate can move in ``steps`` AdamW steps: the sum of the step's learning rates,
-    ``gate_lr * sum_t (1 - t / steps)`` with linear decay (``gate_lr * (steps + 1) / 2``), ``gate_lr * steps``
-    without. Adam moves a parameter whose gradient keeps its sign by about ``lr`` per step whatever the gradient's
-    size, so this is the distance a gate travels when both the task loss and the penalty push it one way; an
-    estimate (a bias-corrected Adam step can exceed ``lr`` when gradients shrink), used to warn when the step
-    budget, not lambda, decides which gates can close."""
-    if steps <= 0:
+def max_travel(gate_lr: float, steps: int, linear_decay: bool = True, taken: int | None = None) -> float:
+    """How far (in ``log_a`` units) a gate can move in the first ``taken`` (default: all) of ``steps`` AdamW steps:
+    the sum of those steps' learning rates, ``gate_lr * sum_{t < taken} (1 - t / steps)`` with linear decay
+    (``gate_lr * (steps + 1) / 2`` for all steps), ``gate_lr * taken`` without. Adam moves a parameter whose
+    gradient keeps its sign by about ``lr`` per step whatever the gradient's size, so this is the distance a gate
+    travels when both the task loss and the penalty push it one way; an estimate (a bias-corrected Adam step can
+    exceed ``lr`` when gradients shrink), used to warn when the step budget, not lambda, decides which gates can
+    close."""
+    n = steps if taken is None else min(int(taken), steps)
+    if steps <= 0 or n <= 0:
         return 0.0
     if not linear_decay:
-        return float(gate_lr) * steps
-    return float(gate_lr) * sum(1.0 - t / steps for t in range(steps))
+        return float(gate_lr) * n
+    return float(gate_lr) * sum(1.0 - t / steps for t in range(n))
+
+
+def prune_threshold(selection: str, gamma: float = -0.1, zeta: float = 1.1) -> float | None:
+    """The ``log_a`` at and below which ``selection`` prunes a head: ``"closed"`` (deterministic gate 0):
+    :func:`close_threshold`; ``"threshold"`` (gate <= 0.5): ``log((0.5 - gamma) / (zeta - 0.5))`` (0 with the
+    defaults); ``"topk"``: None (a rank, not a level)."""
+    if selection == "closed":
+        return close_threshold(gamma, zeta)
+    if selection == "threshold":
+        return math.log((0.5 - gamma) / (zeta - 0.5))
+    return None
 
 
 def select_heads(log_a: torch.Tensor, selection: str, target: int | None = None, gamma: float = -0.1,
@@ -212,9 +225,8 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
 
     Returns:
         ``{"log_a": [L, H] float32 CPU, "model": the trained copy (eval mode; hooks removed), "steps": int,
-        "stopped_early": bool, "best_objective": float | None, "history": [...], "planned_steps": int,
-        "max_travel": float (see :func:`max_travel`), "closable": int (heads whose initial log_a lies within
-        max_travel of :func:`close_threshold`)}``.
+        "stopped_early": bool, "best_objective": float | None, "history": [...], and from :func:`_reach`
+        "planned_steps", "kept_step", "max_travel", "travel", "cutoff", "closable"}``.
 
     Raises:
         ValueError: empty ``mini_train``.
@@ -247,8 +259,6 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
     decay = (lambda step: max(0.0, 1.0 - step / total)) if opts["linear_decay"] else (lambda step: 1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
     eval_every = max(1, steps_per_epoch // max(1, opts["evals_per_epoch"]))
-    travel = max_travel(opts["gate_lr"], total, opts["linear_decay"])
-    closable = int((init - travel <= close_threshold(gamma, zeta)).sum())
 
     def penalty() -> torch.Tensor:
         return l0_penalty(log_a, beta, gamma, zeta, eps, opts["penalty_reduction"])
@@ -272,7 +282,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
         return out
 
     history: list[dict[str, Any]] = []
-    best_obj, best_state, bad, stopped_early = math.inf, None, 0, False
+    best_obj, best_state, bad, stopped_early, best_step = math.inf, None, 0, False, 0
     step = epoch = 0
     handle = apply_head_mask(work, torch.ones(num_layers, num_heads, device=device))
     try:
@@ -301,7 +311,7 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
                         history.append({"step": step, "train_ce": round(ce.item(), 6), "closed": closed,
                                         **{k: round(v, 6) for k, v in ev.items()}})
                         if ev["objective"] < best_obj:
-                            best_obj, bad = ev["objective"], 0
+                            best_obj, bad, best_step = ev["objective"], 0, step
                             best_state = {"log_a": log_a.detach().clone(),
                                           "model": ({k: v.detach().clone() for k, v in work.state_dict().items()}
                                                     if opts["joint"] else None)}
@@ -324,7 +334,21 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
     work.eval()
     return {"log_a": log_a.detach().cpu().float(), "model": work, "steps": step, "stopped_early": stopped_early,
             "best_objective": None if best_state is None else round(best_obj, 6), "history": history,
-            "planned_steps": total, "max_travel": travel, "closable": closable}
+            **_reach(init, opts, total, best_step if best_state is not None else step)}
+
+
+def _reach(init: torch.Tensor, opts: dict[str, Any], planned: int, taken: int) -> dict[str, Any]:
+    """Which heads the step budget lets the selection prune: ``planned_steps``, ``kept_step`` (the step whose gates
+    are kept), ``max_travel`` (over the planned steps) and ``travel`` (up to the kept step), ``cutoff`` (see
+    :func:`prune_threshold`; the closed-gate level for "topk") and ``closable`` (heads whose initial ``log_a`` lies
+    within ``travel`` of it)."""
+    cutoff = prune_threshold(opts["selection"], opts["gamma"], opts["zeta"])
+    if cutoff is None:
+        cutoff = close_threshold(opts["gamma"], opts["zeta"])
+    travel = max_travel(opts["gate_lr"], planned, opts["linear_decay"], taken=taken)
+    return {"planned_steps": planned, "kept_step": taken,
+            "max_travel": max_travel(opts["gate_lr"], planned, opts["linear_decay"]), "travel": travel,
+            "cutoff": cutoff, "closable": int((init.double() - travel <= cutoff).sum())}
 
 
 # --------------------------------------------------------------------------------------------- the method
@@ -446,13 +470,17 @@ class VoitaPruner(HeadPruner):
             reached = "exact" if best["pruned"] == target else f"nearest (off by {best['pruned'] - target:+d})"
             how = f"lambda search over {len(runs)} run(s): {reached} at lambda={best['lambda']:g}"
         gates = deterministic_gates(best["log_a"], opts["gamma"], opts["zeta"])
-        reach = {"max_travel": round(best["max_travel"], 6), "closable_heads": best["closable"],
-                 "close_threshold": round(close_threshold(opts["gamma"], opts["zeta"]), 6)}
+        reach = {"planned_steps": best["planned_steps"], "kept_step": best["kept_step"],
+                 "max_travel": round(best["max_travel"], 6), "travel": round(best["travel"], 6),
+                 "cutoff": round(best["cutoff"], 6), "closable_heads": best["closable"]}
         if best["closable"] < total and selection != "topk":
-            message = (f"voita: within {best['planned_steps']} steps at gate_lr={opts['gate_lr']:g} a gate's log_a moves "
-                       f"at most about {best['max_travel']:.2f}, and closing needs log_a <= "
-                       f"{reach['close_threshold']:.2f}: only {best['closable']} of {total} heads start close "
-                       f"enough to close, so the initialisation, not lambda, caps the count"
+            when = (f"after {best['planned_steps']} steps" if best["kept_step"] >= best["planned_steps"] else
+                    f"at step {best['kept_step']} of {best['planned_steps']} (the best mini-dev objective, kept by "
+                    f"early stopping)")
+            message = (f"voita: {when} at gate_lr={opts['gate_lr']:g} a gate's log_a has moved at most about "
+                       f"{best['travel']:.2f}, and selection={selection} prunes at log_a <= {best['cutoff']:.2f}: "
+                       f"only {best['closable']} of {total} heads started close enough, so the initialisation, "
+                       f"not lambda, caps the count"
                        + (f" below the target {target}" if target is not None and best["closable"] < target else "")
                        + "; raise the option epochs or gate_lr")
             context.log(message)

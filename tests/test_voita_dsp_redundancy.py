@@ -19,7 +19,7 @@ from methods.heads import get_layout
 from methods.redundancy import (clear_cache, cluster_medoid_mask, model_digest, pairwise_head_distances,
                                 random_token_batches, redundancy_matrix)
 from methods.voita import (VoitaPruner, close_threshold, deterministic_gates, hard_concrete, l0_penalty, max_travel,
-                           prob_fully_open, prob_open, sample_gates, select_heads, train_gates)
+                           prob_fully_open, prob_open, prune_threshold, sample_gates, select_heads, train_gates)
 
 
 
@@ -285,34 +285,52 @@ def test_voita_lambda_search_conforms_and_records_how_the_count_was_reached():
     assert not methods.get_method_class("voita").exact_budget
 
 
-def test_gate_travel_and_close_threshold_known_values():
+def test_gate_travel_and_prune_thresholds_known_values():
     assert close_threshold() == pytest.approx(math.log(1 / 11))
-    assert float(deterministic_gates(torch.tensor(close_threshold()))) == pytest.approx(0.0, abs=1e-7)
-    assert float(deterministic_gates(torch.tensor(close_threshold() + 1e-3))) > 0
+    assert prune_threshold("closed") == close_threshold() and prune_threshold("topk") is None
+    assert prune_threshold("threshold") == pytest.approx(0.0)  # gate <= 0.5 <=> sigmoid(log_a) <= 0.5
+    for selection in ("closed", "threshold"):
+        level = torch.tensor(prune_threshold(selection))
+        keep = select_heads(torch.stack([level - 1e-6, level + 1e-3]).view(1, 2), selection)
+        assert keep.tolist() == [[0.0, 1.0]], selection  # pruned just below the level, kept just above it
     assert max_travel(0.1, 47) == pytest.approx(0.1 * 48 / 2)  # linear decay: lr * (steps + 1) / 2
     assert max_travel(0.1, 47, linear_decay=False) == pytest.approx(4.7)
+    assert max_travel(0.1, 47, taken=10) == pytest.approx(0.1 * (10 - 45 / 47))
     assert max_travel(0.4, 15) == pytest.approx(3.2) and max_travel(0.5, 0) == 0.0
 
 
 def test_voita_says_when_the_step_budget_not_lambda_caps_the_count(trained_tiny):
     model, ctx = trained_tiny
-    opts = dict(VoitaPruner.defaults, max_steps=3, gate_lr=0.1, early_stopping=False)
+    # 3 steps at lr 0.8 without decay: a gate moves about 2.4, so roughly the heads initialised below 0 can close
+    opts = dict(VoitaPruner.defaults, max_steps=3, gate_lr=0.8, linear_decay=False, early_stopping=False)
     short = train_gates(model, ctx, opts, 10.0)
     init = train_gates(model, ctx, dict(opts, gate_lr=0.0), 0.0)["log_a"].double()
-    reachable = init - max_travel(0.1, 3) <= close_threshold()
-    assert short["closable"] == int(reachable.sum()) < init.numel()
-    # Even a huge lambda closes no gate that starts out of reach (Adam moves each log_a about lr per step).
+    reachable = init - 2.4 <= close_threshold()
+    assert short["travel"] == pytest.approx(2.4) and short["closable"] == int(reachable.sum())
+    assert 0 < short["closable"] < init.numel()
     closed = deterministic_gates(short["log_a"]) == 0
-    assert not (closed & ~reachable).any()
+    assert (closed & reachable).any()  # the penalty closes gates that can reach 0 ...
+    out_of_reach = init - 1.1 * 2.4 > close_threshold()  # ... and none out of reach (10% slack: Adam's step ~ lr)
+    assert out_of_reach.any() and not (closed & out_of_reach).any()
     ctx.target_heads = init.numel()
     try:
         with pytest.warns(UserWarning, match="initialisation, not lambda, caps the count below the target"):
-            result = methods.create("voita", max_steps=3, search_runs=1, l0_lambda=10.0).prune(model, ctx)
+            result = methods.create("voita", max_steps=3, gate_lr=0.8, linear_decay=False, early_stopping=False,
+                                    search_runs=1, l0_lambda=10.0).prune(model, ctx)
     finally:
         ctx.target_heads = None
     assert result.trace["closable_heads"] == short["closable"] and "raise the option epochs" in result.trace["warning"]
-    long = methods.create("voita", max_steps=40, epochs=100.0, gate_lr=0.5).prune(model, ctx)
+    assert result.heads_pruned <= short["closable"]
+    # selection=threshold prunes at log_a <= 0, so more heads are in reach of the same steps
+    wide = methods.create("voita", max_steps=3, gate_lr=0.8, linear_decay=False, early_stopping=False,
+                          selection="threshold").prune(model, ctx)
+    assert wide.trace["cutoff"] == pytest.approx(0.0) and wide.trace["closable_heads"] > short["closable"]
+    long = methods.create("voita", max_steps=40, epochs=100.0, gate_lr=0.5, early_stopping=False).prune(model, ctx)
     assert long.trace["closable_heads"] == init.numel() and "warning" not in long.trace
+    # with early stopping the kept gates come from the best evaluation: the travel counts up to that step only
+    stopped = methods.create("voita", max_steps=40, epochs=100.0, gate_lr=0.5, patience=1).prune(model, ctx).trace
+    assert stopped["kept_step"] <= stopped["planned_steps"] == 40
+    assert stopped["travel"] == pytest.approx(max_travel(0.5, 40, taken=stopped["kept_step"]), abs=1e-6)
 
 
 def test_voita_joint_returns_the_retrained_model_and_runs_without_target():
