@@ -285,8 +285,9 @@ def _frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "backward_examples": cost.get("backward_examples", math.nan), "device": cost.get("device", ""), "rec": i,
         })
     df = pd.DataFrame(rows)
-    # the options hash is part of a unit only where one method ran with several option sets at one budget
-    n_opts = df.groupby(["method", "budget", "condition"])["opts"].transform("nunique")
+    # the options hash is part of a unit wherever its method ran with several option sets in these folders (at any
+    # budget: a sweep must not join points of two configurations); `option_sets` says how the sets differ
+    n_opts = df.groupby("method")["opts"].transform("nunique")
     df["unit"] = [Unit(CONTROL_NAME if c == CONTROL else m, m, b, c, o if k > 1 else None)
                   for m, b, c, o, k in zip(df.method, df.budget, df.condition, df.opts, n_opts)]
     dup = df.duplicated(["task", "seed", "unit"], keep="first")
@@ -552,7 +553,7 @@ def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
     for u in r.units:
         s = r.unit_stats[u]
         n, mean, sd = (s["n"], s["mean"], s["sd"]) if which == "all" else (s["n_clean"], s["mean_clean"], s["sd_clean"])
-        row = {"method": u.name + (" +recover" if u.condition == RECOVER else "") + (f" ({u.opts})" if u.opts else ""),
+        row = {"method": u.name + (" +recover" if u.condition == RECOVER else "") + (f" opts={u.opts}" if u.opts else ""),
                "budget": u.budget if u.budget != "none" else "—", "n": str(n),
                f"{metric} mean ± SD": _pm(mean, sd),
                "heads pruned": f"{_num(s['heads_pruned'], 1)}/{int(r.heads_total) if np.isfinite(r.heads_total) else '?'}"}
@@ -714,6 +715,32 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
                                                                          "Δ vs original (no WNLI)"]
         txt = txt[[c for c in first if c in txt.columns] + [c for c in txt.columns if c not in first]]
     return pd.DataFrame(num_rows), txt
+
+
+def option_sets(data: RunData) -> pd.DataFrame:
+    """The methods that ran with several option sets: one row per (method, options hash) with its record count
+    and the options whose values differ between that method's sets (``name=value``, from ``method_options``).
+
+    Columns: method, opts, records, differs. Empty when every method ran with one option set.
+    """
+    columns = ["method", "opts", "records", "differs"]
+    sets: dict[str, dict[str, dict[str, Any]]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for r in data.records:
+        method, opts = r["method"], _opts_of(r)
+        sets.setdefault(method, {}).setdefault(opts, r.get("method_options") or {})
+        counts[(method, opts)] = counts.get((method, opts), 0) + 1
+    rows = []
+    for method in sorted(sets, key=_method_rank):
+        by_hash = sets[method]
+        if len(by_hash) < 2:
+            continue
+        keys = sorted({k for o in by_hash.values() for k in o})
+        differing = [k for k in keys if len({json.dumps(o.get(k), sort_keys=True) for o in by_hash.values()}) > 1]
+        for opts, options in sorted(by_hash.items()):
+            rows.append({"method": method, "opts": opts, "records": counts[(method, opts)],
+                         "differs": ", ".join(f"{k}={json.dumps(options.get(k))}" for k in differing) or "—"})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def wall_per_seed(data: RunData) -> pd.DataFrame:
@@ -935,10 +962,11 @@ def plot_scores(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Pa
 
 
 def _has_sweep(r: GroupResult) -> bool:
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str, str], int] = {}
     for u in r.units:
         if u.name not in (ORIGINAL, CONTROL_NAME):
-            counts[(u.name, u.condition)] = counts.get((u.name, u.condition), 0) + 1
+            key = (u.name, u.condition, u.opts or "")
+            counts[key] = counts.get(key, 0) + 1
     return any(v >= 2 for v in counts.values())
 
 
@@ -948,18 +976,18 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
         return []
     fig = _new_figure(5.0, 2.6)
     ax = fig.add_subplot()
-    lines: dict[tuple[str, str], list[Unit]] = {}
+    lines: dict[tuple[str, str, str], list[Unit]] = {}
     for u in r.units:
-        if u.name not in (ORIGINAL, CONTROL_NAME):
-            lines.setdefault((u.name, u.condition), []).append(u)
-    for (name, cond), us in lines.items():
+        if u.name not in (ORIGINAL, CONTROL_NAME):  # one line per option set too: never join two configurations
+            lines.setdefault((u.name, u.condition, u.opts or ""), []).append(u)
+    for (name, cond, opts), us in lines.items():
         st = sorted((r.unit_stats[u] for u in us), key=lambda s: s["heads_pruned"])
         x = np.array([s["heads_pruned"] for s in st])
         y = np.array([s["mean"] for s in st])
         lo = np.array([s["ci_low"] for s in st])
         hi = np.array([s["ci_high"] for s in st])
         col = colors.get(name, "#888888")
-        label = name + (" +recover" if cond == RECOVER else "")
+        label = name + (f" opts={opts[:6]}" if opts else "") + (" +recover" if cond == RECOVER else "")
         if len(st) == 1:  # one budget: a point with its CI
             err = None if not np.isfinite(lo[0]) else [[y[0] - lo[0]], [hi[0] - y[0]]]
             ax.errorbar(x, y, yerr=err, fmt=markers.get(name, "o"), markersize=3.5, color=col, elinewidth=0.8,
@@ -1236,6 +1264,12 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
             md += [f"- {n}" for n in _table_notes(r, "clean") if n.startswith(("p:", "No "))] + [""]
             tex_parts.append(_latex(clean, f"{title}, without degenerate or base-failed seeds.",
                                     f"tab:{r.task}{_suffix(r.group).replace('_', '-')}-clean"))
+    sets = option_sets(data)
+    if not sets.empty:
+        md += ["## Option sets\n", "Some methods ran with more than one option set; each of their rows above and "
+               "below carries `opts=HASH` (the first 12 hex digits of the options' hash, as in the records' cell "
+               "keys). Rows of different option sets are different configurations, not seeds of one:\n",
+               _md(sets), ""]
     if results:
         md += ["## Cross-task summary (WNLI left out of the averages)\n", _md(summ_txt),
                "- mean: average over the non-WNLI tasks of each row's mean score, shown only for rows that ran on all "
@@ -1284,6 +1318,8 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
         cost_num.to_csv(out_dir / "cost.csv", index=False)
         walls.to_csv(out_dir / "wall_per_seed.csv", index_label="method")
         missing.to_csv(out_dir / "missing.csv", index=False)
+        if not sets.empty:
+            sets.to_csv(out_dir / "option_sets.csv", index=False)
     if "tex" in fmts:
         (out_dir / "tables.tex").write_text("\n".join(p for p in tex_parts if p), encoding="utf-8")
     if echo:

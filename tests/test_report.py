@@ -230,6 +230,32 @@ def test_cross_task_summary_leaves_wnli_out(tmp_path):
     assert pd.read_csv(out / "summary.csv").query("method == 'random'").iloc[0].tasks == 1
 
 
+def test_a_method_with_two_option_sets_is_two_labelled_configurations(tmp_path):
+    records = make_records(tasks=("mrpc",), seeds=(0, 1), methods={"original": ["none"],
+                                                                     "michel": ["fraction:0.3", "fraction:0.5"]})
+    for r in records:
+        if r["method"] == "michel":  # fraction:0.3 ran with one option set, fraction:0.5 with another
+            lr = 0.1 if r["budget"]["spec"] == "fraction:0.3" else 0.4
+            r["method_options"] = {"mode": "one-shot", "lr": lr}
+            r["cell"] = r["cell"].replace("opts=abc123", f"opts={'aaa111' if lr == 0.1 else 'bbb222'}")
+    out = build_report([write_run(tmp_path / "run", records)], plots=True, echo=False, n_boot=200,
+                       n_boot_examples=50)
+    md = (out / "report.md").read_text()
+    table = section(md, "mrpc")
+    # two configurations at one budget each are no sweep: no score-vs-heads line joins them
+    assert (out / "plots" / "scores_mrpc.png").exists() and not (out / "plots" / "sweep_mrpc.png").exists()
+    # labelled at both budgets, although each budget alone has a single option set
+    assert "opts=aaa111" in row(table, "michel", "fraction:0.3") and "opts=bbb222" in row(table, "michel", "fraction:0.5")
+    sets = pd.read_csv(out / "option_sets.csv")
+    assert sets.to_dict("records") == [{"method": "michel", "opts": "aaa111", "records": 2, "differs": "lr=0.1"},
+                                       {"method": "michel", "opts": "bbb222", "records": 2, "differs": "lr=0.4"}]
+    assert "## Option sets" in md
+    # one option set per method: no labels, no section
+    plain = build_report([write_run(tmp_path / "plain", make_records(tasks=("mrpc",), seeds=(0, 1)))], plots=False,
+                         echo=False, n_boot=200, n_boot_examples=50)
+    assert "## Option sets" not in (plain / "report.md").read_text() and not (plain / "option_sets.csv").exists()
+
+
 def test_partial_run_reports_missing_and_failed_cells(tmp_path):
     records = make_records(methods={"original": ["none"], "michel": ["fraction:0.5"], "random": ["fraction:0.5"]})
     keep = [r for r in records if not (r["task"] == "cola" and r["seed"] == 2 and r["method"] in ("michel", "random"))]
