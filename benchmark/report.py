@@ -785,6 +785,9 @@ def cost_frames(data: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     return num, txt
 
 
+OTHER_OPTIONS = "ran with other options"
+
+
 def _cell_fields(key: str) -> tuple[str, int, str, str, str] | None:
     """``task|seed=N|method|budget|condition|opts=H`` -> (task, N, method, budget, condition); None if malformed."""
     parts = key.split("|")
@@ -800,7 +803,8 @@ def missing_frame(data: RunData) -> pd.DataFrame:
     """Cells a ``bench run`` planned (``runs.jsonl``) that have no record, and failed cells (``failures.jsonl``).
 
     A folder without ``runs.jsonl`` (made by an older runner) falls back to the grid tasks x seeds x units seen
-    in it. Columns: task, seed, method, budget, condition, status ("missing" or "failed"), error.
+    in it. Columns: task, seed, method, budget, condition, status ("missing", "failed", or "ran with other
+    options": the cell has a record, but under another options hash than the planned one), error.
     """
     if data.planned:
         return _missing_from_plans(data)
@@ -809,6 +813,9 @@ def missing_frame(data: RunData) -> pd.DataFrame:
 
 def _missing_from_plans(data: RunData) -> pd.DataFrame:
     present = {r["cell"] for r in data.records}
+    # a planned cell whose (task, seed, method, budget, condition) has a record under another options hash was
+    # planned by a command run with other method options (e.g. before a preset's sizing changed)
+    present_fields = {_cell_fields(str(r.get("cell", ""))) for r in data.records}
     failed = {f.get("cell"): f for f in data.failures}
     rows, seen = [], set()
     for folder, keys in data.planned.items():
@@ -818,8 +825,9 @@ def _missing_from_plans(data: RunData) -> pd.DataFrame:
                 continue
             seen.add(key)
             f = failed.get(key)
+            status = "failed" if f else OTHER_OPTIONS if fields in present_fields else "missing"
             rows.append(dict(zip(("task", "seed", "method", "budget", "condition"), fields),
-                             status="failed" if f else "missing", error=(f or {}).get("error", "")))
+                             status=status, error=(f or {}).get("error", "")))
     for key, f in failed.items():
         if key not in seen and key not in present:
             fields = _cell_fields(str(key)) or (f.get("task"), f.get("seed"), f.get("method"), "?", f.get("condition", "?"))
@@ -1296,10 +1304,14 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
                                          else "of the grid tasks × seeds × methods seen") + " is present.\n")
     else:
         n_failed = int((missing.status == "failed").sum())
+        n_other = int((missing.status == OTHER_OPTIONS).sum())
         basis = ("the cells the folder's `bench run` commands planned (`runs.jsonl`)" if data.planned
                  else "the grid tasks × seeds × methods seen")
-        md.append(f"{len(missing) - n_failed} missing and {n_failed} failed cell(s) relative to {basis} "
-                  f"(failures: `failures.jsonl`; rerun the command to compute them):\n")
+        md.append(f"{len(missing) - n_failed - n_other} missing and {n_failed} failed cell(s) relative to {basis} "
+                  f"(failures: `failures.jsonl`; rerun the command to compute them)"
+                  + (f"; {n_other} planned cell(s) have a record only under another option set of their method "
+                     f"(status \"{OTHER_OPTIONS}\": planned by a command run with other method options)"
+                     if n_other else "") + ":\n")
         md.append(_md(missing.head(60)) + (f"\n({len(missing) - 60} more in missing.csv)\n" if len(missing) > 60 else ""))
     if plot_paths:
         md.append("## Plots\n")

@@ -289,6 +289,14 @@ def test_missing_cells_come_from_the_planned_cells_not_a_grid(tmp_path):
     assert [(r.task, r.seed, r.method, r.budget, r.status) for r in missing.itertuples()] == \
         [("mrpc", 2, "random", "fraction:0.25", "missing")]
     assert "relative to the cells the folder's `bench run` commands planned" in (out / "report.md").read_text()
+    # a plan made with other method options, whose cells then ran under the new options: not plainly missing
+    old = [r["cell"].replace("opts=abc123", "opts=old999") for r in keep if r["method"] == "michel"][:2]
+    with (run / "runs.jsonl").open("a") as fh:
+        fh.write(json.dumps({"cells": old}) + "\n")
+    out = build_report([run], plots=False, echo=False, n_boot=300, n_boot_examples=50)
+    statuses = pd.read_csv(out / "missing.csv").status.tolist()
+    assert statuses.count("ran with other options") == 2 and statuses.count("missing") == 1
+    assert "1 missing and 0 failed" in (out / "report.md").read_text()
     # without runs.jsonl (an older folder) the grid rule would also list the CoLA sweep cells
     (run / "runs.jsonl").unlink()
     out = build_report([run], plots=False, echo=False, n_boot=300, n_boot_examples=50)
