@@ -988,7 +988,13 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
     for u in r.units:
         if u.name not in (ORIGINAL, CONTROL_NAME):  # one line per option set too: never join two configurations
             lines.setdefault((u.name, u.condition, u.opts or ""), []).append(u)
+    sets_of: dict[str, list[str]] = {}
+    for name, _cond, opts in lines:
+        sets_of.setdefault(name, [])
+        if opts not in sets_of[name]:
+            sets_of[name].append(opts)
     for (name, cond, opts), us in lines.items():
+        second_set = sorted(sets_of[name]).index(opts) > 0  # drawn dotted with hollow markers
         st = sorted((r.unit_stats[u] for u in us), key=lambda s: s["heads_pruned"])
         x = np.array([s["heads_pruned"] for s in st])
         y = np.array([s["mean"] for s in st])
@@ -999,10 +1005,11 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
         if len(st) == 1:  # one budget: a point with its CI
             err = None if not np.isfinite(lo[0]) else [[y[0] - lo[0]], [hi[0] - y[0]]]
             ax.errorbar(x, y, yerr=err, fmt=markers.get(name, "o"), markersize=3.5, color=col, elinewidth=0.8,
-                        capsize=2, label=label)
+                        capsize=2, label=label, markerfacecolor="white" if second_set else col)
             continue
         ax.plot(x, y, marker=markers.get(name, "o"), markersize=3.5, color=col, linewidth=1.2,
-                linestyle="-" if cond != RECOVER else "--", label=label)
+                linestyle=":" if second_set else "-" if cond != RECOVER else "--", label=label,
+                markerfacecolor="white" if second_set else col)
         if np.isfinite(lo).any():
             ax.fill_between(x, lo, hi, color=col, alpha=0.18, linewidth=0)
     for name, style in ((ORIGINAL, "--"), (CONTROL_NAME, "-.")):
