@@ -59,6 +59,12 @@ regularised objective (mean cross-entropy on ``mini_dev`` with deterministic gat
 best state is kept and training stops after ``patience`` evaluations without improvement. The objective, rather
 than accuracy, is the criterion because accuracy alone would always prefer the least pruned state.
 
+Step budget [OURS, a diagnostic]: Adam moves ``log_a`` by about ``gate_lr`` per step whatever lambda is, so a short
+run can leave gates unable to reach the selection's cutoff (the pitfall "gates that never close if the training
+is too short", shared/reference/methods.md §5.4). Each trace gives ``travel`` (:func:`max_travel` up to the kept
+step), ``cutoff`` (:func:`prune_threshold`) and ``closable_heads`` (heads whose initial ``log_a`` is within
+``travel`` of the cutoff), with a warning when fewer than all heads can close.
+
 Every random draw (gate init, gate noise, data order, dropout) derives from ``context.seed``; the global RNG state
 of the caller is restored afterwards.
 """
