@@ -9,11 +9,13 @@ Public entry points::
 This package knows torch and transformers models; it knows nothing about GLUE files, seeds of a run, result
 files or the CLI (those live in ``benchmark``).
 """
-from methods.base import HeadPruner, OptionError, PruningContext, PruningResult, check_mask, lowest_k_mask
+from methods.base import HeadPruner, PruningContext, PruningResult, check_mask, lowest_k_mask
+from methods.options import Interval, OptionError
 from methods.registry import UnknownMethodError, available_methods, create, get_method_class, register
 
 __all__ = [
     "HeadPruner",
+    "Interval",
     "OptionError",
     "PruningContext",
     "PruningResult",

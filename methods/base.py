@@ -25,6 +25,8 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import torch
 from torch import nn
 
+from methods.options import Interval, OptionError, check_constraints
+
 Batch = dict[str, torch.Tensor]
 """One batch on the run's device: ``input_ids``, ``attention_mask``, ``token_type_ids`` (all ``[B, T]`` long)
 and ``labels`` (``[B]`` long)."""
@@ -35,10 +37,6 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 SPLITS = ("mini_train", "mini_dev", "train")
 """Splits a method may read: ``train`` is the whole train-derived pool (= mini_train + mini_dev), for methods
 that draw their own held-out slices (AUBER redraws 25% / 75% per layer). Never the GLUE dev split."""
-
-
-class OptionError(ValueError):
-    """An unknown option name, or a value of the wrong type, given to a method."""
 
 
 @dataclass
@@ -146,13 +144,16 @@ class HeadPruner(abc.ABC):
       (AUBER). The runner then keys its cells with budget ``own``: one cell per (task, seed) serves every budget
       of a run folder (as the budget setter of ``matched:METHOD`` too) instead of recomputing the same search.
     * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
-    * ``choices`` -- ``{option: allowed values}`` for options with a fixed set of values; checked by the
-      constructor, so a typo fails before any work starts.
+    * ``constraints`` -- ``{option: Interval(...) | tuple of allowed values}``: what each numeric or string
+      option may be, declared once (:mod:`methods.options`) and checked by the constructor, so a bad value fails
+      before any work starts. Every int, float and str option needs one (the conformance check asserts it).
+    * ``choices`` -- older spelling of tuple constraints (``{option: allowed values}``); still honoured.
     * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
       out; name them explicitly).
 
     Raises:
-        OptionError: on an unknown option or a value whose type does not match the default's.
+        OptionError: on an unknown option, a value whose type does not match the default's, a value outside its
+            declared constraint, or one that breaks a rule of :meth:`check_options`.
     """
 
     name: ClassVar[str] = ""
@@ -164,6 +165,7 @@ class HeadPruner(abc.ABC):
     reconstruction: ClassVar[bool] = False
     ablation_of: ClassVar[str | None] = None
     choices: ClassVar[dict[str, tuple]] = {}
+    constraints: ClassVar[dict[str, Interval | tuple]] = {}
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.defaults))
@@ -173,12 +175,14 @@ class HeadPruner(abc.ABC):
         merged = copy.deepcopy(dict(self.defaults))
         for key, value in options.items():
             merged[key] = _coerce(self.name, key, value, self.defaults[key])
-        for key, allowed in self.choices.items():
-            if merged.get(key) not in allowed:
-                raise OptionError(f"{self.name}: option {key} must be one of {tuple(allowed)}, "
-                                  f"got {merged.get(key)!r}")
+        check_constraints(self.name, merged, {**{k: tuple(v) for k, v in self.choices.items()}, **self.constraints})
         self.options: dict[str, Any] = merged
         json.dumps(self.options)  # options must be serialisable: they go into every record and the config hash
+        self.check_options()
+
+    def check_options(self) -> None:
+        """Rules that tie several options together (e.g. a batch no larger than a buffer); runs at construction
+        after the per-option ``constraints``. Override and raise :class:`OptionError` naming the options."""
 
     def get_options(self) -> dict[str, Any]:
         """The method's options (defaults merged with what the constructor got), JSON-serialisable."""

@@ -23,6 +23,7 @@ from torch import nn
 
 from methods.attention import attention_maps
 from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from methods.options import Interval
 from methods.registry import register
 
 EXCLUDE_CHOICES = ("sep", "none", "cls_sep")
@@ -63,15 +64,15 @@ class ConfidencePruner(HeadPruner):
     """
 
     name = "confidence"
-    choices = {"exclude_keys": EXCLUDE_CHOICES, "split": ("mini_train", "mini_dev", "train")}
+    constraints = {"exclude_keys": EXCLUDE_CHOICES, "split": ("mini_train", "mini_dev", "train"),
+                   "max_examples": Interval(0, None), "batch_size": Interval(1, None),
+                   "min_heads_per_layer": Interval(0, None)}
     summary = "Voita et al. 2019 §4.1: prune heads with the lowest mean max-attention weight"
     defaults = {"exclude_keys": "sep", "split": "mini_dev", "max_examples": 0, "batch_size": 32,
                 "min_heads_per_layer": 0}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         opts = self.options
-        if opts["exclude_keys"] not in EXCLUDE_CHOICES:
-            raise ValueError(f"confidence: option exclude_keys must be one of {EXCLUDE_CHOICES}, got {opts['exclude_keys']!r}")
         if context.target_heads is None:
             raise ValueError("method 'confidence' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
         sep_id = context.tokenizer_info.get("sep_token_id")

@@ -16,7 +16,11 @@ no network), runs the method twice with the same seed and checks the contract:
 * ``scores``, when given, are finite and ``[L, H]``;
 * the base model is untouched unless the method says it re-trained (then a model is returned);
 * the trace is JSON-serialisable;
-* the same context seed gives the same mask even when the global RNG differs between the runs; and the method never reads a split other than mini_train / mini_dev.
+* the same context seed gives the same mask even when the global RNG differs between the runs; and the method never reads a split other than mini_train / mini_dev;
+* every int, float and str option has a declared constraint (``constraints``: an :class:`~methods.options.Interval`
+  or a tuple of allowed values), the defaults satisfy them, and a value just outside each interval, or not among
+  the allowed values, is refused by the constructor with an :class:`~methods.options.OptionError` naming the option
+  (:func:`check_option_constraints`).
 
 Raises ``AssertionError`` with a message naming the broken rule.
 """
@@ -32,6 +36,7 @@ from torch import nn
 
 from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult
 from methods.heads import apply_head_mask
+from methods.options import Interval, OptionError
 from methods.registry import available_methods, get_method_class
 
 TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
@@ -156,6 +161,36 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def check_option_constraints(method: type[HeadPruner] | str) -> None:
+    """Every numeric and string option of ``method`` has a declared constraint that the constructor enforces.
+
+    Raises:
+        AssertionError: an option without a constraint, a default outside its own constraint, or a value outside
+            a constraint that the constructor accepts (or refuses with a message not naming the option).
+    """
+    cls = get_method_class(method) if isinstance(method, str) else method
+    rules = {**{k: tuple(v) for k, v in cls.choices.items()}, **cls.constraints}
+    for key, default in cls.defaults.items():
+        if isinstance(default, bool) or default is None or isinstance(default, (list, dict)):
+            continue  # a bool's type is its whole constraint
+        assert key in rules, (
+            f"method '{cls.name}': option {key!r} ({type(default).__name__}) has no declared constraint; add "
+            f"{key!r}: Interval(low, high) or a tuple of allowed values to {cls.__qualname__}.constraints")
+        rule = rules[key]
+        if isinstance(rule, Interval):
+            bad_values = rule.outside(integer=isinstance(default, int))
+        else:
+            bad_values = ["<not-a-choice>"] if isinstance(default, str) else []
+        for bad in bad_values:
+            try:
+                cls(**{key: bad})
+            except OptionError as exc:
+                assert key in str(exc), f"method '{cls.name}': the error for {key}={bad!r} does not name it: {exc}"
+            else:
+                raise AssertionError(f"method '{cls.name}': {key}={bad!r} is outside its constraint {rule} but the "
+                                     f"constructor accepted it")
+
+
 def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: int = 0, **options: Any) -> PruningResult:
     """Run the conformance checks on a method (class or registered name) with ``options``.
 
@@ -170,6 +205,7 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
     assert available_methods().get(cls.name) is cls, (
         f"method '{cls.name}' is not registered (decorate it with @methods.register, or add an entry point)")
     assert cls.summary, f"method '{cls.name}' has no one-line summary"
+    check_option_constraints(cls)
     pruner = cls(**options)
     opts = pruner.get_options()
     json.dumps(opts)

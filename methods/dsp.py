@@ -64,6 +64,7 @@ from torch import nn
 
 from methods.base import HeadPruner, PruningContext, PruningResult, model_inputs, seeded_torch_rng
 from methods.heads import apply_head_mask
+from methods.options import Interval
 from methods.registry import register
 
 VARIANTS = ("pipelined", "joint", "ste")
@@ -168,7 +169,11 @@ class DSPPruner(HeadPruner):
     """
 
     name = "dsp"
-    choices = {"variant": VARIANTS}
+    constraints = {"variant": VARIANTS, "tau0": Interval(0, None, closed="neither"),
+                   "tau_end": Interval(0, None, closed="neither"), "cooldown_steps": Interval(0, None),
+                   "w_lr": Interval(0, None, closed="neither"), "lr": Interval(0, None),
+                   "epochs": Interval(0, None, closed="neither"), "max_steps": Interval(0, None),
+                   "batch_size": Interval(1, None), "max_grad_norm": Interval(0, None), "log_every": Interval(0, None)}
     summary = ("Li, Cotterell, Sachan 2021: Gumbel soft top-K over learned head logits, exactly K kept "
                "(pipelined/joint/STE)")
     defaults = {"variant": "pipelined", "tau0": 1000.0, "tau_end": 1e-8, "cooldown_steps": 8333, "annealing": True,
@@ -180,10 +185,6 @@ class DSPPruner(HeadPruner):
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         opts = self.options
         variant = opts["variant"]
-        if variant not in VARIANTS:
-            raise ValueError(f"dsp: option variant must be one of {VARIANTS}, got {variant!r}")
-        if opts["tau0"] <= 0 or opts["tau_end"] <= 0 or opts["epochs"] <= 0 or opts["batch_size"] < 1:
-            raise ValueError("dsp: tau0, tau_end, epochs and batch_size must be positive")
         if context.target_heads is None:
             raise ValueError("method 'dsp' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
         num_layers, num_heads, total = context.num_layers, context.num_heads, context.total_heads

@@ -36,6 +36,7 @@ from torch import nn
 
 from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
 from methods.heads import apply_head_mask
+from methods.options import Interval
 from methods.registry import register
 
 ESTIMATORS = ("example", "token")
@@ -130,17 +131,15 @@ class MichelPruner(HeadPruner):
     """
 
     name = "michel"
-    choices = {"estimator": ESTIMATORS, "mode": MODES, "split": ("mini_train", "mini_dev", "train")}
+    constraints = {"estimator": ESTIMATORS, "mode": MODES, "split": ("mini_train", "mini_dev", "train"),
+                   "step_fraction": Interval(0, 1, closed="right"), "max_examples": Interval(0, None),
+                   "batch_size": Interval(1, None), "min_heads_per_layer": Interval(0, None)}
     summary = "Michel et al. 2019: prune heads with the lowest E|dL/d gate| (one-shot or iterative)"
     defaults = {"estimator": "example", "normalize_by_layer": True, "mode": "one-shot", "step_fraction": 0.1,
                 "split": "mini_train", "max_examples": 0, "batch_size": 32, "min_heads_per_layer": 0}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         opts = self.options
-        if opts["mode"] not in MODES:
-            raise ValueError(f"michel: option mode must be one of {MODES}, got {opts['mode']!r}")
-        if not 0 < opts["step_fraction"] <= 1:
-            raise ValueError(f"michel: option step_fraction must be in (0, 1], got {opts['step_fraction']}")
         if context.target_heads is None:
             raise ValueError("method 'michel' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
         target = int(context.target_heads)

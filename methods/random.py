@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from methods.base import HeadPruner, PruningContext, PruningResult
+from methods.options import Interval
 from methods.registry import register
 
 
@@ -33,6 +34,7 @@ class RandomPruner(HeadPruner):
     name = "random"
     summary = "uniform random heads without replacement (baseline; seeded)"
     defaults = {"min_heads_per_layer": 0, "per_layer": True}
+    constraints = {"min_heads_per_layer": Interval(0, None)}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         if context.target_heads is None and context.target_per_layer is None:

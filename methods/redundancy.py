@@ -44,6 +44,7 @@ from torch import nn
 from methods.attention import attention_maps
 from methods.base import HeadPruner, PruningContext, PruningResult
 from methods.heads import get_layout
+from methods.options import Interval
 from methods.registry import register
 
 DISTANCES = ("js", "cosine")
@@ -275,7 +276,8 @@ class RedundancyPruner(HeadPruner):
     """
 
     name = "redundancy"
-    choices = {"distance": DISTANCES, "linkage": LINKAGES, "model_source": SOURCES}
+    constraints = {"distance": DISTANCES, "linkage": LINKAGES, "model_source": SOURCES,
+                   "num_sequences": Interval(1, None), "seq_length": Interval(3, None), "batch_size": Interval(1, None)}
     summary = ("Bian et al. 2021 (reconstruction): cluster heads by attention-map distance on random tokens of the "
                "pre-trained model; keep one medoid per cluster (zero-shot)")
     defaults = {"num_sequences": 100, "seq_length": 128, "distance": "js", "linkage": "average",
@@ -286,14 +288,6 @@ class RedundancyPruner(HeadPruner):
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         opts = self.options
-        if opts["distance"] not in DISTANCES:
-            raise ValueError(f"redundancy: option distance must be one of {DISTANCES}, got {opts['distance']!r}")
-        if opts["linkage"] not in LINKAGES:
-            raise ValueError(f"redundancy: option linkage must be one of {LINKAGES}, got {opts['linkage']!r}")
-        if opts["model_source"] not in SOURCES:
-            raise ValueError(f"redundancy: option model_source must be one of {SOURCES}, got {opts['model_source']!r}")
-        if opts["num_sequences"] < 1 or opts["batch_size"] < 1:
-            raise ValueError("redundancy: num_sequences and batch_size must be >= 1")
         if context.target_heads is None:
             raise ValueError("method 'redundancy' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
         target, total = int(context.target_heads), context.total_heads

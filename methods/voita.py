@@ -81,6 +81,7 @@ from torch import nn
 
 from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs, seeded_torch_rng
 from methods.heads import apply_head_mask
+from methods.options import Interval
 from methods.registry import register
 
 SELECTIONS = ("closed", "threshold", "topk")
@@ -389,7 +390,14 @@ class VoitaPruner(HeadPruner):
     """
 
     name = "voita"
-    choices = {"selection": SELECTIONS, "penalty_reduction": REDUCTIONS}
+    constraints = {"selection": SELECTIONS, "penalty_reduction": REDUCTIONS, "l0_lambda": Interval(0, None),
+                   "beta": Interval(0, None, closed="neither"), "gamma": Interval(None, 0, closed="neither"),
+                   "zeta": Interval(1, None, closed="neither"), "eps": Interval(0, 0.5, closed="neither"),
+                   "gate_lr": Interval(0, None, closed="neither"), "lr": Interval(0, None),
+                   "weight_decay": Interval(0, None), "max_grad_norm": Interval(0, None),
+                   "epochs": Interval(0, None, closed="neither"), "max_steps": Interval(0, None),
+                   "batch_size": Interval(1, None), "evals_per_epoch": Interval(1, None), "patience": Interval(1, None),
+                   "search_runs": Interval(1, None), "search_factor": Interval(1, None, closed="neither")}
     summary = ("Voita et al. 2019: hard-concrete L0 head gates trained on mini-train; prune the closed gates "
                "(lambda search, or top-K, for a budget)")
     defaults = {"l0_lambda": 0.0015, "penalty_reduction": "sum", "beta": 0.33, "gamma": -0.1, "zeta": 1.1,
@@ -400,22 +408,7 @@ class VoitaPruner(HeadPruner):
     exact_budget = False  # only selection="topk" guarantees exactly K; the lambda search may end near K
     needs_target = False
 
-    def _check(self) -> None:
-        o = self.options
-        if o["selection"] not in SELECTIONS:
-            raise ValueError(f"voita: option selection must be one of {SELECTIONS}, got {o['selection']!r}")
-        if o["penalty_reduction"] not in REDUCTIONS:
-            raise ValueError(f"voita: option penalty_reduction must be one of {REDUCTIONS}, "
-                             f"got {o['penalty_reduction']!r}")
-        if not (o["gamma"] < 0 < 1 < o["zeta"]):
-            raise ValueError(f"voita: need gamma < 0 and zeta > 1, got ({o['gamma']}, {o['zeta']})")
-        if o["beta"] <= 0 or o["l0_lambda"] < 0 or o["epochs"] <= 0 or o["batch_size"] < 1:
-            raise ValueError("voita: beta, epochs and batch_size must be positive and l0_lambda >= 0")
-        if o["search_runs"] < 1 or o["search_factor"] <= 1:
-            raise ValueError("voita: search_runs must be >= 1 and search_factor > 1")
-
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        self._check()
         opts = self.options
         target = None if context.target_heads is None else int(context.target_heads)
         total = context.total_heads

@@ -54,6 +54,7 @@ from methods.auber.rewards import (FastScorer, FastScorerUnsupported, Memo, Naiv
 from methods.auber.state import NORMS, SOURCES, layer_state
 from methods.base import HeadPruner, PruningContext, PruningResult
 from methods.heads import get_layout
+from methods.options import Interval, OptionError
 from methods.registry import register
 
 __all__ = ["AuberPruner", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
@@ -144,7 +145,20 @@ class AuberPruner(HeadPruner):
     """
 
     name = "auber"
-    choices = {"state": SOURCES, "norm": NORMS}
+    constraints = {
+        "state": SOURCES, "norm": NORMS,
+        "minidev_fraction": Interval(0, 1, closed="neither"), "final_holdout_fraction": Interval(0, 1, closed="neither"),
+        **{key: Interval(1, None) for key in ("hidden_size", "replay_capacity", "dqn_batch_size", "target_update",
+                                              "reward_batch_size", "finetune_batch_size", "final_patience",
+                                              "final_evals_per_epoch")},
+        **{key: Interval(0, None) for key in ("episodes", "minidev_max_examples", "minitrain_max_examples",
+                                              "layer_finetune_epochs", "final_epochs", "grad_clamp",
+                                              "layer_finetune_lr", "final_lr", "finetune_weight_decay", "dqn_lr")},
+        "eps_decay": Interval(0, None, closed="neither"), "finetune_warmup_ratio": Interval(0, 1),
+        "gamma": Interval(0, 1), "dqn_momentum": Interval(0, 1, closed="left"),
+        "eps_start": Interval(0, 1), "eps_end": Interval(0, 1),
+        "stop_q": Interval(), "pruned_q": Interval(), "reward_scale": Interval(0, None, closed="neither"),
+    }
     summary = "AUBER (Lee et al. 2020): layer-wise DQN head pruning, mini-dev rewards, per-layer fine-tuning"
     exact_budget = False
     needs_target = False
@@ -165,31 +179,12 @@ class AuberPruner(HeadPruner):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._score_fn: ScoreFunction | None = None
-        self._validate()
 
-    def _validate(self) -> None:
-        o = self.options
-        if o["state"] not in SOURCES:
-            raise ValueError(f"auber: option state must be one of {SOURCES}, got {o['state']!r}")
-        if o["norm"] not in NORMS:
-            raise ValueError(f"auber: option norm must be one of {NORMS}, got {o['norm']!r}")
-        for key in ("minidev_fraction", "final_holdout_fraction"):
-            if not 0.0 < o[key] < 1.0:
-                raise ValueError(f"auber: option {key} must be in (0, 1), got {o[key]}")
-        positive = ("hidden_size", "replay_capacity", "dqn_batch_size", "target_update", "reward_batch_size",
-                    "finetune_batch_size", "final_patience", "final_evals_per_epoch")
-        for key in positive:
-            if o[key] < 1:
-                raise ValueError(f"auber: option {key} must be >= 1, got {o[key]}")
-        non_negative = ("episodes", "minidev_max_examples", "minitrain_max_examples", "layer_finetune_epochs",
-                        "final_epochs", "eps_decay", "grad_clamp")
-        for key in non_negative:
-            if o[key] < 0:
-                raise ValueError(f"auber: option {key} must be >= 0, got {o[key]}")
-        if o["eps_decay"] == 0:
-            raise ValueError("auber: option eps_decay must be > 0")
-        if o["dqn_batch_size"] > o["replay_capacity"]:
-            raise ValueError("auber: option dqn_batch_size must not exceed replay_capacity")
+    def check_options(self) -> None:
+        """The DQN's minibatch must fit in its replay buffer."""
+        if self.options["dqn_batch_size"] > self.options["replay_capacity"]:
+            raise OptionError(f"{self.name}: option dqn_batch_size ({self.options['dqn_batch_size']}) must not exceed "
+                              f"replay_capacity ({self.options['replay_capacity']})")
 
     def set_score_function(self, fn: ScoreFunction | None) -> "AuberPruner":
         """Test hook: replace the mini-dev metric by ``fn(layer, pruned_heads) -> float`` (no model evaluation).

@@ -1,0 +1,96 @@
+"""Declared option constraints of a method, checked when the method is constructed (before any training).
+
+A :class:`~methods.base.HeadPruner` declares, once, what each option may be, in ``constraints`` (after
+scikit-learn's ``_parameter_constraints``):
+
+* an :class:`Interval` for a number: ``Interval(0, None, closed="neither")`` is "> 0";
+* a tuple of allowed values for a choice (``("one-shot", "iterative")``);
+* nothing for a bool (its type, checked from the default, is the whole constraint).
+
+``HeadPruner.__init__`` checks types (from the defaults), then every constraint, then the method's own
+cross-option rules (``HeadPruner.check_options``), and raises :class:`OptionError` naming the method, the option,
+the allowed range and the value. The runner constructs every method of a run before the first base fine-tune,
+so a bad ``--option`` fails at once. ``methods.conformance.check_option_constraints`` (run over every registered
+method by the test suite) asserts that every numeric and string option has a declared constraint and that a value
+just outside each interval is refused.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+class OptionError(ValueError):
+    """An unknown option name, a value of the wrong type, or a value outside the option's declared range."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The real numbers (or integers, for an int option) between ``low`` and ``high``.
+
+    Attributes:
+        low, high: bounds; ``None`` for unbounded on that side.
+        closed: which bounds belong to the interval: ``"both"``, ``"left"``, ``"right"`` or ``"neither"``.
+    """
+
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"
+
+    def __post_init__(self) -> None:
+        if self.closed not in ("both", "left", "right", "neither"):
+            raise ValueError(f"Interval.closed must be both, left, right or neither, got {self.closed!r}")
+
+    def __contains__(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return False
+        if self.low is not None:
+            if value < self.low or (value == self.low and self.closed in ("right", "neither")):
+                return False
+        if self.high is not None:
+            if value > self.high or (value == self.high and self.closed in ("left", "neither")):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        lo_in, hi_in = self.closed in ("both", "left"), self.closed in ("both", "right")
+        if self.high is None and self.low is not None:
+            return f"{'>=' if lo_in else '>'} {self.low:g}"
+        if self.low is None and self.high is not None:
+            return f"{'<=' if hi_in else '<'} {self.high:g}"
+        if self.low is None:
+            return "a number"
+        return f"in {'[' if lo_in else '('}{self.low:g}, {self.high:g}{']' if hi_in else ')'}"
+
+    def outside(self, integer: bool) -> list[float]:
+        """Values just outside the interval (for the conformance check): next to each bound, and NaN."""
+        step = 1 if integer else 1e-9
+        out: list[float] = []
+        if self.low is not None:
+            out.append(self.low - step if self.closed in ("both", "left") else self.low)
+        if self.high is not None:
+            out.append(self.high + step if self.closed in ("both", "right") else self.high)
+        if not integer:
+            out.append(float("nan"))
+        return out
+
+
+Constraint = "Interval | tuple"
+
+
+def check_constraints(method: str, options: dict[str, Any], constraints: dict[str, Any]) -> None:
+    """Check ``options`` against ``constraints`` (see the module docstring).
+
+    Raises:
+        OptionError: a value outside its interval, or not one of its allowed values; names method, option, range.
+    """
+    for key, rule in constraints.items():
+        if key not in options:
+            raise OptionError(f"{method}: constraint declared for unknown option {key!r}")
+        value = options[key]
+        if isinstance(rule, Interval):
+            if value not in rule:
+                raise OptionError(f"{method}: option {key} must be {rule}, got {value!r}")
+        elif value not in tuple(rule):
+            raise OptionError(f"{method}: option {key} must be one of {tuple(rule)}, got {value!r}")
