@@ -5,12 +5,19 @@ so the unit of replication is the seed and the statistic is the per-seed differe
 task's primary metric. All functions here are pure (no I/O, no global RNG): randomness comes from a seeded
 :class:`numpy.random.Generator`, so every number in a report is reproducible.
 
-Units: the functions do not care, but the report passes scores as *fractions* (accuracy in [0, 1], MCC in
-[-1, 1]) and converts to percent points (MCC x 100) only for display.
+Units: the functions do not care; the report passes scores in percent points (``100 *`` the fraction that
+``benchmark.tasks.compute_metrics`` returns, MCC x 100).
+
+Rounding: scores are computed in float64 (e.g. ``count / n * 100``), so two differences that are equal in exact
+arithmetic (the same number of examples lost on two seeds) may differ in their last bits. Every statistic that
+ranks, compares or divides by the spread of the differences first passes them through :func:`snap_differences`,
+which makes differences equal up to rounding (:func:`rounding_tolerance`) exactly equal, and those within it of
+0 exactly 0: constant-up-to-rounding differences are constant (t-test undefined, SD 0), not a t of 1e15.
 
 What is here, and the source of each method:
 
 * :func:`paired_differences`, :func:`describe` - per-seed differences, mean and sample SD (ddof=1).
+* :func:`rounding_tolerance`, :func:`snap_differences` - the one rule for "equal up to float64 rounding".
 * :func:`bootstrap_ci` - 95% percentile bootstrap CI of the mean paired difference, seeds resampled with
   replacement (Efron & Tibshirani 1993, ch. 13).
 * :func:`sign_flip_test` - exact two-sided sign-flip (paired permutation) test of the mean difference, all
@@ -38,7 +45,10 @@ import numpy as np
 
 __all__ = [
     "EXACT_MAX_N",
+    "ROUNDING_ULPS",
     "paired_differences",
+    "rounding_tolerance",
+    "snap_differences",
     "describe",
     "bootstrap_ci",
     "mean_ci_t",
@@ -58,6 +68,8 @@ __all__ = [
 EXACT_MAX_N = 16
 #: Metrics :func:`resampled_metric` knows (the primary metrics of the GLUE tasks).
 METRICS = ("accuracy", "matthews_correlation")
+#: :func:`rounding_tolerance` in units of float64 machine epsilon times the scores' magnitude (2**10).
+ROUNDING_ULPS = 1024
 
 
 def _vector(x: Any, name: str) -> np.ndarray:
@@ -93,6 +105,74 @@ def paired_differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
     if a.shape != b.shape:
         raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
     return a - b
+
+
+def _scale(*samples: Any) -> float:
+    """Largest |value| over the given arrays (0.0 when all are empty): the magnitude rounding errors scale with."""
+    return max((float(np.max(np.abs(x))) for x in samples if np.size(x)), default=0.0)
+
+
+def rounding_tolerance(scale: float) -> float:
+    """Absolute tolerance below which two paired differences count as equal (up to float64 rounding).
+
+    ``ROUNDING_ULPS * eps64 * |scale|`` = 1024 * 2.22e-16 * scale ~ 2.3e-13 * scale, where ``scale`` is the
+    magnitude of the *scores* the differences came from (``max |a|, |b|``), not of the differences: a difference
+    ``a - b`` carries the absolute rounding error of ``a`` and ``b``, however small it is itself.
+
+    Why this size:
+
+    * rounding: a score is ``count / n`` (one rounding, accuracy) or a short formula of the confusion counts
+      (MCC: products, a square root, a division - some 10 roundings), times 100 for percent (one more), so its
+      relative error is at most ~10 eps; a difference of two scores is off by at most ~20 eps * scale, and two
+      differences equal in exact arithmetic (e.g. ``282/408*100 - 307/408*100`` on two seeds) by ~40 eps *
+      scale (measured: at most 1.3 eps * scale for accuracies computed along four float paths on the GLUE
+      dev sizes). The bound is 25x the estimate.
+    * real variation: two different accuracies on a dev set of N examples differ by at least 1/N of the
+      maximum score (0.245 points on MRPC's 408, 0.01 points on a 10 000-example set: 1e-4 * scale); MCC
+      values of different confusion matrices on GLUE-sized dev sets differ by orders of magnitude more than
+      the tolerance too. It stays ~8 orders of magnitude below the accuracy step, so it does not merge real
+      differences.
+    """
+    return ROUNDING_ULPS * float(np.finfo(np.float64).eps) * abs(float(scale))
+
+
+def snap_differences(diffs: Sequence[float], scale: float | None = None) -> np.ndarray:
+    """``diffs`` with float64 rounding noise removed: the shared rule of every test statistic here.
+
+    With ``tol = rounding_tolerance(max(scale, max|diffs|))``: a difference with ``|d| <= tol`` becomes exactly
+    0, and magnitudes ``|d|`` within ``tol`` of each other (sorted, consecutive gaps ``<= tol``) become exactly
+    equal (the smallest of the group; the sign is kept). So differences equal up to rounding are *constant*
+    (ptp 0, SD 0, the t-test undefined), all-zero-up-to-rounding differences are all zero (Wilcoxon undefined,
+    sign-flip p = 1), and ``+x`` and ``-x`` computed along two float paths are tied in Wilcoxon's ranks.
+
+    Args:
+        diffs: 1-D per-seed differences ``a - b``.
+        scale: magnitude of the scores ``a``, ``b`` the differences came from (``max |a|, |b|``); None: the
+            differences' own largest magnitude (enough unless every difference is tiny next to the scores -
+            pass the scale when the scores are known, as :func:`compare` does).
+
+    Returns:
+        float array of the same shape; each element moved by at most ``tol`` times the group size.
+    """
+    d = _vector(diffs, "diffs")
+    if d.size == 0:
+        return d.copy()
+    tol = rounding_tolerance(max(_scale(d), 0.0 if scale is None else abs(float(scale))))
+    mag = np.abs(d)
+    mag[mag <= tol] = 0.0
+    order = np.argsort(mag, kind="stable")
+    sorted_mag = mag[order]
+    snapped = sorted_mag.copy()
+    for i in range(1, sorted_mag.size):
+        if sorted_mag[i] - sorted_mag[i - 1] <= tol:
+            snapped[i] = snapped[i - 1]  # same group: the group's smallest magnitude
+    out = np.empty_like(d)
+    out[order] = snapped
+    return np.where(out == 0.0, 0.0, np.sign(d) * out)
+
+
+def _constant(snapped: np.ndarray) -> bool:
+    return snapped.size > 0 and bool(np.all(snapped == snapped[0]))
 
 
 def describe(x: Sequence[float]) -> dict[str, float]:
@@ -176,12 +256,17 @@ def min_holm_p(n: int, m: int) -> float:
 
 
 def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.random.Generator | None = 0,
-                   rtol: float = 1e-9, atol: float = 1e-12) -> dict[str, Any]:
+                   rtol: float = 1e-9, atol: float = 1e-12, scale: float | None = None) -> dict[str, Any]:
     """Two-sided sign-flip permutation test of "mean paired difference = 0".
 
     Under H0 (the two methods are exchangeable within each seed) every difference is equally likely to have
     either sign. The statistic is the mean difference; the p-value is the fraction of sign patterns whose
-    |mean| is at least the observed |mean| (``>= |obs| - (atol + rtol*|obs|)``, so float ties count).
+    |mean| is at least the observed |mean|. Rounding noise must not decide which patterns are "as extreme":
+    the patterns are applied to :func:`snap_differences` (``diffs``, ``scale``) (differences equal up to
+    float64 rounding made equal, those within rounding of 0 made 0) and a pattern counts when its |mean| is
+    ``>= |obs| - (atol + rtol*|obs| + tol)``, ``tol`` = :func:`rounding_tolerance` of the scores' magnitude, so
+    float ties count. Constant nonzero differences keep their exact p (``2/2**n``: only the observed pattern
+    and its mirror reach |obs|); differences that are all zero up to rounding give p = 1.
 
     * n <= :data:`EXACT_MAX_N`: all ``2**n`` patterns are enumerated (the identity included), the p-value is
       exact and at least :func:`min_exact_p` (n).
@@ -192,10 +277,12 @@ def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.r
         diffs: 1-D per-seed differences.
         n_mc: Monte Carlo patterns when n > 16.
         seed: seed or Generator for the Monte Carlo branch.
+        rtol, atol: extra tie tolerance, relative to |obs| and absolute.
+        scale: magnitude of the scores the differences came from (see :func:`snap_differences`).
 
     Returns:
         ``{"p": float, "n": int, "statistic": mean difference, "exact": bool, "note": str}``. With n = 0,
-        p is NaN; with all differences 0, p = 1.
+        p is NaN; with all differences 0 (up to rounding), p = 1.
 
     Raises:
         ValueError: bad ``diffs``.
@@ -204,8 +291,11 @@ def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.r
     n = d.size
     if n == 0:
         return {"p": math.nan, "n": 0, "statistic": math.nan, "exact": True, "note": "no paired seeds"}
+    statistic = float(d.mean())
+    scale = max(_scale(d), 0.0 if scale is None else abs(float(scale)))
+    d = snap_differences(d, scale)
     observed = abs(d.mean())
-    threshold = observed - (atol + rtol * observed)
+    threshold = observed - (atol + rtol * observed + rounding_tolerance(scale))
     if n <= EXACT_MAX_N:
         patterns = np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)
         signs = 1.0 - 2.0 * (patterns & 1)  # (2**n, n) of +-1
@@ -224,23 +314,32 @@ def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.r
             done += k
         p = (1 + hits) / (1 + n_mc)
         exact, note = False, f"Monte Carlo over {n_mc} sign patterns"
-    return {"p": min(1.0, p), "n": int(n), "statistic": float(d.mean()), "exact": exact, "note": note}
+    return {"p": min(1.0, p), "n": int(n), "statistic": statistic, "exact": exact, "note": note}
 
 
 # --------------------------------------------------------------------------- secondary tests
 
 
-def wilcoxon_test(diffs: Sequence[float]) -> dict[str, Any]:
+def wilcoxon_test(diffs: Sequence[float], scale: float | None = None) -> dict[str, Any]:
     """Wilcoxon signed-rank test of the paired differences (``scipy.stats.wilcoxon``, two-sided, defaults:
     zero differences dropped, exact null distribution for small samples without ties).
 
+    The differences first go through :func:`snap_differences` (``diffs``, ``scale``): a difference that is 0 up
+    to float64 rounding is a zero (dropped), and |differences| equal up to rounding are tied in the ranks
+    (e.g. ``25/408*100`` and ``307/408*100 - 282/408*100``), as they would be in exact arithmetic.
+
+    Args:
+        diffs: 1-D per-seed differences.
+        scale: magnitude of the scores the differences came from (``max |a|, |b|``); None: ``max |diffs|``.
+
     Returns:
         ``{"statistic", "p", "note"}``; statistic and p are NaN (with a note) when fewer than 2 seeds, or when
-        every difference is zero (the test is undefined, scipy would warn and return p = 1).
+        every difference is zero up to rounding (the test is undefined, scipy would warn and return p = 1).
     """
     from scipy import stats
 
     d = _vector(diffs, "diffs")
+    d = snap_differences(d, scale)
     if d.size < 2:
         return {"statistic": math.nan, "p": math.nan, "note": f"n={d.size} < 2: Wilcoxon undefined"}
     if np.count_nonzero(d) == 0:
@@ -259,15 +358,16 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     ``t = mean(d) / (sd(d) / sqrt(n))`` with ``d = a - b`` and ``n - 1`` degrees of freedom.
 
     Returns:
-        ``{"statistic", "p", "df", "note"}``; NaN with a note when n < 2 or the differences are constant
-        (SD 0: t is undefined or infinite).
+        ``{"statistic", "p", "df", "note"}``; NaN with a note when n < 2 or the differences are constant -
+        bit-identical or equal up to float64 rounding (:func:`snap_differences` with the scale ``max |a|, |b|``):
+        the SD is 0 and t undefined or infinite, not the ~1e15 that rounding noise in the SD would give.
     """
     from scipy import stats
 
     d = paired_differences(a, b)
     if d.size < 2:
         return {"statistic": math.nan, "p": math.nan, "df": math.nan, "note": f"n={d.size} < 2: t-test undefined"}
-    if np.ptp(d) == 0:
+    if _constant(snap_differences(d, _scale(np.asarray(a, float), np.asarray(b, float)))):
         return {"statistic": math.nan, "p": math.nan, "df": d.size - 1,
                 "note": "differences are constant (SD 0): t-test undefined"}
     res = stats.ttest_rel(np.asarray(a, float), np.asarray(b, float))
@@ -416,13 +516,17 @@ def compare(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, n_m
     Returns a flat dict: ``n``, ``mean_a``, ``sd_a``, ``mean_b``, ``sd_b``, ``mean_diff``, ``sd_diff``,
     ``ci_low``, ``ci_high`` (:func:`bootstrap_ci`), ``p_exact``, ``exact`` (:func:`sign_flip_test`),
     ``p_min`` (:func:`min_exact_p`), ``wilcoxon_stat``, ``p_wilcoxon``, ``t_stat``, ``p_t`` and ``notes``
-    (a "; "-joined string of everything that was undefined).
+    (a "; "-joined string of everything that was undefined). Differences equal up to float64 rounding
+    (:func:`snap_differences`, scale ``max |a|, |b|``) are equal: ``sd_diff`` is 0.0 when they are constant.
     """
     d = paired_differences(a, b)
+    scale = _scale(np.asarray(a, float), np.asarray(b, float))
     da, db, dd = describe(a), describe(b), describe(d)
+    if d.size > 1 and _constant(snap_differences(d, scale)):
+        dd["sd"] = 0.0
     low, high = bootstrap_ci(d, n_boot=n_boot, seed=seed)
-    perm = sign_flip_test(d, n_mc=n_mc, seed=seed)
-    wil = wilcoxon_test(d)
+    perm = sign_flip_test(d, n_mc=n_mc, seed=seed, scale=scale)
+    wil = wilcoxon_test(d, scale=scale)
     tt = paired_t_test(a, b)
     if d.size < 2:
         notes = [f"n={d.size}: no SD, CI, Wilcoxon or t-test"]

@@ -292,3 +292,153 @@ def test_degenerate_seeds_are_excluded_only_from_the_clean_statistics():
     assert res["clean"] == stats.compare(a[~bad], b[~bad], n_boot=500)
     with pytest.raises(ValueError):
         stats.compare_with_without(a, b, bad[:3])
+
+
+# --------------------------------------------------------------------------- differences equal up to float rounding
+# Issue 10, item 5: scores are count/n*100 in float64, so differences equal in exact arithmetic (the same number of
+# examples lost on each seed) can differ in their last bits. They are constant, exactly like bit-identical ones.
+
+ISSUE_A = [282 / 408 * 100, 281 / 408 * 100, 282 / 408 * 100]  # MRPC: every seed loses exactly 25 of 408 examples
+ISSUE_B = [307 / 408 * 100, 306 / 408 * 100, 307 / 408 * 100]
+DEV_SIZES = (71, 277, 408, 872, 1043, 5463, 9815, 40430)  # WNLI, RTE, MRPC, SST-2, CoLA, QNLI, MNLI-m, QQP
+
+
+def test_issue_example_differences_are_not_bit_identical():
+    d = stats.paired_differences(ISSUE_A, ISSUE_B)
+    assert np.ptp(d) > 0  # the premise: only rounding separates them
+    assert np.ptp(d) < 1e-13
+
+
+def test_t_test_on_differences_equal_up_to_rounding_is_undefined():
+    res = stats.paired_t_test(ISSUE_A, ISSUE_B)  # was t = -1.3e15, p = 6e-31
+    assert math.isnan(res["statistic"]) and math.isnan(res["p"])
+    assert "constant" in res["note"] and "undefined" in res["note"]
+    bit_identical = stats.paired_t_test([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])  # the case that was already undefined
+    assert res["note"] == bit_identical["note"] and res["df"] == bit_identical["df"] == 2
+
+
+def test_compare_on_the_issue_example_equals_the_bit_identical_case():
+    rounded = stats.compare(ISSUE_A, ISSUE_B, n_boot=200)
+    d = -25 / 408 * 100
+    exact = stats.compare([d, d, d], [0.0, 0.0, 0.0], n_boot=200)  # bit-identical differences
+    assert math.isnan(rounded["p_t"]) and math.isnan(rounded["t_stat"])
+    assert rounded["sd_diff"] == 0.0 == exact["sd_diff"]
+    assert rounded["notes"] == exact["notes"] == "differences are constant (SD 0): t-test undefined"
+    assert rounded["p_exact"] == exact["p_exact"] == 0.25
+    assert rounded["p_wilcoxon"] == exact["p_wilcoxon"] and rounded["wilcoxon_stat"] == exact["wilcoxon_stat"]
+    assert rounded["mean_diff"] == pytest.approx(d, abs=1e-12)
+
+
+@pytest.mark.parametrize("n_dev", DEV_SIZES)
+def test_t_test_undefined_whenever_each_seed_loses_the_same_count(n_dev):
+    # the whole kind: any dev size, any scores, the score computed along different float paths
+    rng = np.random.default_rng(n_dev)
+    ways = (lambda c: c / n_dev * 100, lambda c: 100 * (c / n_dev), lambda c: c * 100 / n_dev,
+            lambda c: float(np.mean(np.arange(n_dev) < c)) * 100)
+    for _ in range(20):
+        lost = int(rng.integers(1, n_dev // 4))
+        counts = rng.integers(lost, n_dev + 1, size=int(rng.integers(2, 11)))
+        a = [ways[rng.integers(4)](int(c - lost)) for c in counts]
+        b = [ways[rng.integers(4)](int(c)) for c in counts]
+        res = stats.paired_t_test(a, b)
+        assert math.isnan(res["p"]) and "constant" in res["note"], (a, b)
+        assert stats.compare(a, b, n_boot=10)["sd_diff"] == 0.0
+
+
+def test_wilcoxon_ranks_differences_equal_up_to_rounding_as_ties():
+    x1 = 25 / 408 * 100  # 25 examples of 408, computed two ways
+    x2 = 307 / 408 * 100 - 282 / 408 * 100
+    y = 50 / 408 * 100
+    assert x1 != x2
+    d = [x1, -x2, y, y, 2 * y]
+    # exact arithmetic: |d| = x, x, y, y, 2y -> ranks 1.5, 1.5, 3.5, 3.5, 5; W- = 1.5 (the one negative, tied)
+    ranks = sps.rankdata([1, 1, 2, 2, 4])
+    assert ranks[1] == 1.5
+    res = stats.wilcoxon_test(d)  # was 2.0: rounding broke the tie, -x2 ranked 2
+    assert res["statistic"] == 1.5
+    assert res == stats.wilcoxon_test([x1, -x1, y, y, 2 * y])
+
+
+def test_wilcoxon_ties_on_the_shipped_rte_voita_vs_auber_seeds():
+    # results/quick, RTE voita fraction:0.3 vs auber: the seeds differ by -7, +7, +3 of 277 examples
+    a = [100 * (c / 277) for c in (145, 146, 151)]  # as the report computes them: 100 * accuracy
+    b = [100 * (c / 277) for c in (152, 139, 148)]
+    d = stats.paired_differences(a, b)
+    assert abs(d[0]) != abs(d[1])  # the tie that rounding broke
+    # exact arithmetic: |d| = 7, 7, 3 -> ranks 2.5, 2.5, 1; W+ = 3.5, W- = 2.5; statistic min = 2.5 (was 3.0)
+    res = stats.compare(a, b, n_boot=10)
+    assert res["wilcoxon_stat"] == 2.5
+    assert res["wilcoxon_stat"] == stats.wilcoxon_test([-7.0, 7.0, 3.0])["statistic"]
+
+
+def test_wilcoxon_drops_differences_that_are_zero_up_to_rounding():
+    a = [100 * 282 / 408, 283 / 408 * 100, 284 / 408 * 100]  # 100*282/408 and 282/408*100 differ in the last bit
+    b = [282 / 408 * 100] * 3
+    d = stats.paired_differences(a, b)
+    assert d[0] != 0  # 0 in exact arithmetic, not in float
+    res = stats.compare(a, b, n_boot=10)
+    want = stats.wilcoxon_test([0.0, 100 / 408, 200 / 408])
+    assert "1 zero difference(s) dropped" in want["note"]
+    assert (res["wilcoxon_stat"], res["p_wilcoxon"]) == (want["statistic"], want["p"])
+    assert stats.wilcoxon_test(d, scale=100)["note"] == want["note"]
+
+
+def test_differences_all_zero_up_to_rounding_are_zero_for_every_test():
+    a = [100 * 282 / 408, 282 / 408 * 100, 100 * 282 / 408]  # the same score computed along two float paths
+    b = [282 / 408 * 100, 282 / 408 * 100, 282 / 408 * 100]
+    d = stats.paired_differences(a, b)
+    assert np.count_nonzero(d) == 2 and np.max(np.abs(d)) < 1e-13
+    res = stats.compare(a, b, n_boot=10)
+    assert math.isnan(res["p_wilcoxon"]) and math.isnan(res["p_t"]) and res["p_exact"] == 1.0
+    assert res["sd_diff"] == 0.0
+    assert res["notes"] == stats.compare([0.8, 0.8, 0.8], [0.8, 0.8, 0.8], n_boot=10)["notes"]
+    assert "all differences are zero" in stats.wilcoxon_test(d, scale=100)["note"]
+    assert stats.sign_flip_test(d, scale=100)["p"] == 1.0
+    tiny = [1e-15, 0.0, -1e-15, 2e-15]  # scores of magnitude ~1 that agree up to rounding
+    assert math.isnan(stats.wilcoxon_test(tiny, scale=1.0)["p"])
+    assert stats.sign_flip_test(tiny, scale=1.0)["p"] == 1.0
+    assert stats.sign_flip_test(np.full(17, 1e-15), n_mc=1000, scale=1.0)["p"] == 1.0  # Monte Carlo branch too
+
+
+def test_sign_flip_keeps_the_exact_p_of_constant_differences_up_to_rounding():
+    d = stats.paired_differences(ISSUE_A, ISSUE_B)
+    res = stats.sign_flip_test(d)
+    assert res["p"] == 0.25 == stats.min_exact_p(3)  # only the observed pattern and its mirror reach |mean|
+    assert res["statistic"] == pytest.approx(-25 / 408 * 100, abs=1e-12)
+    x1, x2 = 25 / 408 * 100, 307 / 408 * 100 - 282 / 408 * 100
+    ten = [x1, x2] * 5
+    assert stats.sign_flip_test(ten, scale=100)["p"] == stats.min_exact_p(10)
+    # ties between patterns that only rounding separates still count: +x1 -x2 +y has |mean| = |y|/3 exactly
+    y = 1 / 408 * 100
+    assert stats.sign_flip_test([x1, -x2, y], scale=100)["p"] == pytest.approx(exact_p_by_definition([25, -25, 1]))
+
+
+@pytest.mark.parametrize("n_dev", DEV_SIZES)
+def test_real_differences_of_one_example_are_not_rounding(n_dev):
+    step = 100 / n_dev  # the smallest real change of an accuracy in percent points
+    a = [(n_dev // 2) / n_dev * 100, (n_dev // 2 + 1) / n_dev * 100, (n_dev // 2) / n_dev * 100]
+    b = [(n_dev // 3) / n_dev * 100] * 3
+    d = stats.paired_differences(a, b)
+    snapped = stats.snap_differences(d, scale=100)
+    assert len(set(snapped.tolist())) == 2
+    res = stats.paired_t_test(a, b)
+    ref = sps.ttest_rel(a, b)
+    assert res["note"] == ""
+    assert res["statistic"] == pytest.approx(ref.statistic) and res["p"] == pytest.approx(ref.pvalue)
+    assert stats.compare(a, b, n_boot=10)["sd_diff"] == pytest.approx(np.std(d, ddof=1))
+    assert stats.rounding_tolerance(100) < 1e-6 * step
+    # Wilcoxon: two different magnitudes are not tied, a one-example difference is not a zero
+    w = stats.wilcoxon_test([step, 2 * step, -3 * step], scale=100)
+    assert w["note"] == "" and w["statistic"] == 3.0
+
+
+def test_snap_differences_rule():
+    x1, x2 = 25 / 408 * 100, 307 / 408 * 100 - 282 / 408 * 100
+    out = stats.snap_differences([x2, -x1, 1.4e-14, -1e-15, 0.5, 0.75], scale=100)
+    assert out[0] == -out[1] and out[2] == 0 and out[3] == 0 and out[4] == 0.5 and out[5] == 0.75
+    assert np.all(np.abs(out - [x2, -x1, 1.4e-14, -1e-15, 0.5, 0.75]) <= stats.rounding_tolerance(100))
+    assert stats.rounding_tolerance(100) == stats.ROUNDING_ULPS * np.finfo(float).eps * 100
+    assert stats.snap_differences([]).size == 0
+    # without a scale, the differences' own magnitude sets it
+    out = stats.snap_differences([6.0, 6.0 + 1e-14, -6.0 + 1e-14])
+    assert out[0] == out[1] == -out[2] and abs(out[0] - 6.0) < 1e-13
