@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark import stats
-from benchmark.store import FAILURES, PLANS, RECORDS, read_jsonl
+from benchmark.store import FAILURES, PLANS, RECORDS, REJECTED, BrokenLine, record_key, scan_jsonl
 
 log = logging.getLogger("benchmark")
 
@@ -198,6 +198,8 @@ class RunData:
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: planned cell keys per folder (from ``runs.jsonl``; a folder made by an older runner has none)
     planned: dict[Path, list[str]] = field(default_factory=dict)
+    #: unreadable lines of the folders' JSONL files (skipped, each named in a warning and in the report)
+    broken: list[BrokenLine] = field(default_factory=list)
 
 
 def _opts_of(record: dict[str, Any]) -> str:
@@ -208,12 +210,23 @@ def _opts_of(record: dict[str, Any]) -> str:
     return json.dumps(options, sort_keys=True) if options else "-"
 
 
+#: What skipping an unreadable line of each file means for the report.
+_BROKEN_CONSEQUENCE = {
+    RECORDS: "If it was a record, its cell is listed as missing.",
+    FAILURES: "If it was a failure, its cell is listed as missing, not failed.",
+    PLANS: "If it was a `bench run` entry, the cells only it planned are not listed as missing.",
+}
+
+
 def load_runs(folders: Sequence[str | Path]) -> RunData:
     """Read and combine the ``records.jsonl`` / ``failures.jsonl`` of ``folders``.
 
     A cell key seen twice is kept once (first occurrence) and reported in one :class:`ReportWarning` (louder
     when the duplicates' scores differ). A folder without ``records.jsonl`` is warned about and skipped.
-    Failures whose cell has a record (it succeeded on a later try) are dropped.
+    Failures whose cell has a record (it succeeded on a later try) are dropped. An unreadable line
+    (:func:`benchmark.store.scan_jsonl`: an interrupted write, invalid JSON, not a record) is skipped and named in a
+    :class:`ReportWarning` (file, line, reason, what follows); ``RunData.broken`` lists them. A record's cell is then
+    missing, and the next ``bench run`` into the folder moves the line to ``rejected.jsonl`` and computes it again.
 
     Raises:
         FileNotFoundError: a folder does not exist, or is not a run folder (neither records.jsonl nor run.json).
@@ -225,6 +238,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
     seen: dict[str, dict[str, Any]] = {}
     duplicates: list[str] = []
     differing: list[str] = []
+    all_broken: list[BrokenLine] = []
     for folder in paths:
         if not folder.is_dir():
             raise FileNotFoundError(f"{folder}: no such run folder")
@@ -233,8 +247,15 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
                 raise FileNotFoundError(f"{folder}: not a run folder (no {RECORDS} and no run.json); give the --out "
                                         f"folder of a `bench run`")
             _warn(f"{folder}: no {RECORDS} (nothing finished yet?)")
-        for rec in read_jsonl(folder / RECORDS):
-            key = rec.get("cell") or f"{rec['task']}|seed={rec['seed']}|{rec['method']}|{rec['budget']['spec']}|{rec['condition']}"
+        recs, broken = scan_jsonl(folder / RECORDS)
+        fails, broken_f = scan_jsonl(folder / FAILURES)
+        plans, broken_p = scan_jsonl(folder / PLANS)
+        for b in broken + broken_f + broken_p:
+            _warn(f"{b}: skipped. {_BROKEN_CONSEQUENCE[b.path.name]} The next `bench run` into {folder} moves "
+                  f"the line to {REJECTED} (kept there) and computes any missing cell again.")
+        all_broken += broken + broken_f + broken_p
+        for rec in recs:
+            key = record_key(rec)
             if key in seen:
                 duplicates.append(key)
                 if seen[key].get("score") != rec.get("score"):
@@ -243,8 +264,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
             rec = dict(rec, cell=key)
             seen[key] = rec
             records.append(rec)
-        failures.extend(read_jsonl(folder / FAILURES))
-        plans = read_jsonl(folder / PLANS)
+        failures.extend(fails)
         if plans:
             planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
     if duplicates:
@@ -258,14 +278,20 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
         if f.get("cell") not in seen:
             latest[f.get("cell", repr(f))] = f
     data = RunData(folders=paths, records=records, failures=list(latest.values()), duplicates=duplicates,
-                   planned=planned)
+                   planned=planned, broken=all_broken)
     data.frame = _frame(records)
     return data
 
 
+def _target_of(record: dict[str, Any]) -> float:
+    """The head count a cell was asked to prune (NaN when it decided its own, or for the unpruned model)."""
+    target = (record.get("budget") or {}).get("target")
+    return float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) else math.nan
+
+
 def _frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     columns = ["task", "seed", "method", "budget", "condition", "opts", "unit", "score", "metric", "majority",
-               "degenerate", "base_failed", "heads_pruned", "heads_total", "wall_s", "prune_wall_s",
+               "degenerate", "base_failed", "heads_pruned", "heads_total", "target", "wall_s", "prune_wall_s",
                "forward_examples", "backward_examples", "device", "rec"]
     if not records:
         return pd.DataFrame(columns=columns)
@@ -280,6 +306,7 @@ def _frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "majority": float((r.get("majority_baseline") or {}).get(metric, math.nan)),
             "degenerate": bool(r.get("degenerate", False)), "base_failed": bool(r.get("base_failed", False)),
             "heads_pruned": r.get("heads_pruned", math.nan), "heads_total": r.get("heads_total", math.nan),
+            "target": _target_of(r),
             "wall_s": cost.get("wall_s", math.nan), "prune_wall_s": cost.get("prune_wall_s", math.nan),
             "forward_examples": cost.get("forward_examples", math.nan),
             "backward_examples": cost.get("backward_examples", math.nan), "device": cost.get("device", ""), "rec": i,
@@ -377,7 +404,29 @@ def _unit_stats(g: pd.DataFrame) -> dict[str, Any]:
             "n_clean": d_clean["n"], "mean_clean": d_clean["mean"], "sd_clean": d_clean["sd"],
             "heads_pruned": float(pd.to_numeric(g.heads_pruned).mean()),
             "degenerate": int(g.degenerate.sum()), "base_failed": int(g.base_failed.sum()),
-            "scores": dict(zip(g.seed.astype(int), pp)), "wall_s": float(pd.to_numeric(g.wall_s).mean())}
+            "scores": dict(zip(g.seed.astype(int), pp)), "wall_s": float(pd.to_numeric(g.wall_s).mean()),
+            "base_failed_seeds": sorted(int(x) for x in g.seed[g.base_failed.astype(bool)]),
+            **_budget_stats(g)}
+
+
+def _budget_stats(g: pd.DataFrame) -> dict[str, Any]:
+    """How the cells of a unit met their head budget: ``target`` (mean target over the seeds that had one, NaN
+    for none) and ``off_budget`` (seeds whose pruned count differs from their target)."""
+    target = pd.to_numeric(g.target, errors="coerce") if "target" in g else pd.Series(math.nan, index=g.index)
+    pruned = pd.to_numeric(g.heads_pruned, errors="coerce")
+    has = target.notna()
+    return {"target": float(target[has].mean()) if has.any() else math.nan,
+            "off_budget": int((has & (pruned != target)).sum())}
+
+
+def heads_cell(s: dict[str, Any], heads_total: float) -> str:
+    """The "heads pruned" cell of a table row: mean pruned / total, flagged when some seed missed its target
+    (e.g. ``0.0/72 ⚠ target 22, missed on 3/3 seeds``), so an off-budget row is never read as on budget."""
+    total = int(heads_total) if np.isfinite(heads_total) else "?"
+    text = f"{_num(s['heads_pruned'], 1)}/{total}"
+    if s.get("off_budget"):
+        text += f" ⚠ target {_num(s['target'], 1 if s['target'] % 1 else 0)}, missed on {s['off_budget']}/{s['n']} seeds"
+    return text
 
 
 def _predictions(data: RunData, rows: pd.DataFrame) -> tuple[list, list] | None:
@@ -488,6 +537,12 @@ def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3g}"
 
 
+def _p_or_undefined(p: float, notes: str, undefined: str) -> str:
+    """A secondary test's p, or "undefined" where :mod:`benchmark.stats` said the test is undefined (differences
+    constant, or all zero, up to floating-point rounding)."""
+    return "undefined" if not np.isfinite(p) and undefined in str(notes) else _p(p)
+
+
 def _diff_ci(c: dict[str, Any], which: str) -> str:
     s = c[which]
     if s["n"] == 0:
@@ -556,7 +611,7 @@ def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
         row = {"method": u.name + (" +recover" if u.condition == RECOVER else "") + (f" opts={u.opts}" if u.opts else ""),
                "budget": u.budget if u.budget != "none" else "—", "n": str(n),
                f"{metric} mean ± SD": _pm(mean, sd),
-               "heads pruned": f"{_num(s['heads_pruned'], 1)}/{int(r.heads_total) if np.isfinite(r.heads_total) else '?'}"}
+               "heads pruned": heads_cell(s, r.heads_total)}
         for kind in refs:
             comp = next((c for c in r.comparisons if c["target"] == u and c["kind"] == kind), None)
             head = f"Δ vs {kind} [95% CI]"
@@ -640,7 +695,8 @@ def _comparisons_md(cf: pd.DataFrame) -> pd.DataFrame:
         "95% CI (seeds+examples)": [f"[{_num(a)}, {_num(b)}]" if np.isfinite(a) else "—"
                                     for a, b in zip(cf.ci2_low, cf.ci2_high)],
         "p exact": [_p(v) for v in cf.p_exact], "p Holm": [_p(v) for v in cf.p_holm],
-        "p Wilcoxon": [_p(v) for v in cf.p_wilcoxon], "p t-test": [_p(v) for v in cf.p_t],
+        "p Wilcoxon": [_p_or_undefined(v, n, "Wilcoxon undefined") for v, n in zip(cf.p_wilcoxon, cf.notes)],
+        "p t-test": [_p_or_undefined(v, n, "t-test undefined") for v, n in zip(cf.p_t, cf.notes)],
         "notes": cf.notes,
     })
 
@@ -655,19 +711,45 @@ def scores_frame(results: list[GroupResult]) -> pd.DataFrame:
                          "condition": u.condition, "opts": u.opts or "", "n": s["n"], "mean": s["mean"], "sd": s["sd"],
                          "ci_low_t": s["ci_low"], "ci_high_t": s["ci_high"], "n_clean": s["n_clean"],
                          "mean_clean": s["mean_clean"], "sd_clean": s["sd_clean"], "heads_pruned": s["heads_pruned"],
-                         "heads_total": r.heads_total, "degenerate": s["degenerate"], "base_failed": s["base_failed"],
+                         "heads_total": r.heads_total, "target": s["target"], "off_budget": s["off_budget"],
+                         "degenerate": s["degenerate"], "base_failed": s["base_failed"],
                          "majority": r.majority})
     return pd.DataFrame(rows)
+
+
+def base_failed_seeds(results: list[GroupResult]) -> dict[str, list[int]]:
+    """Per task, the seeds whose unpruned base model failed (is degenerate), from every unit's records."""
+    out: dict[str, set[int]] = {}
+    for r in results:
+        failed = out.setdefault(r.task, set())
+        for s in r.unit_stats.values():
+            failed.update(s.get("base_failed_seeds", ()))
+    return {t: sorted(v) for t, v in out.items()}
+
+
+def _mean_without(scores: dict[int, float], drop: Sequence[int]) -> float:
+    kept = [v for seed, v in scores.items() if seed not in drop]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def _diff_without(a: dict[int, float], b: dict[int, float], drop: Sequence[int]) -> float:
+    paired = [a[seed] - b[seed] for seed in a if seed in b and seed not in drop]
+    return float(np.mean(paired)) if paired else math.nan
 
 
 def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Cross-task summary per unit: (numeric frame, text frame).
 
-    Averages are over the tasks not in :data:`EXCLUDED_FROM_AVERAGE` (WNLI) where the unit ran; WNLI is shown
-    beside its majority baseline.
+    Every number leaves out the base-failed (task, seed) pairs (the unpruned base model of that seed is
+    degenerate, so pruning it says nothing; protocol.md §6), as the per-task tables' clean view does: a task's
+    column is the mean over its other seeds, the same seeds for every row, and a task whose every seed failed
+    has no number and leaves the averages (:func:`summary_notes` says which). Averages are over the tasks not in
+    :data:`EXCLUDED_FROM_AVERAGE` (WNLI) where the unit has a number; WNLI is shown beside its majority baseline.
     """
     tasks = sorted({r.task for r in results}, key=_task_key)
-    avg_tasks = [t for t in tasks if t not in EXCLUDED_FROM_AVERAGE]
+    failed = base_failed_seeds(results)
+    avg_tasks = [t for t in tasks if t not in EXCLUDED_FROM_AVERAGE
+                 and any(seed not in failed.get(t, ()) for r in results if r.task == t for seed in r.seeds)]
     side = [t for t in tasks if t in EXCLUDED_FROM_AVERAGE]
     units: list[Unit] = []
     for r in results:
@@ -684,12 +766,14 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
         for t in tasks:
             rs = [r for r in results if r.task == t and u in r.unit_stats]
             r = next((x for x in rs if x.group == u.group()), rs[0] if rs else None)
-            mean = r.unit_stats[u]["mean"] if r else math.nan
+            drop = failed.get(t, [])
+            mean = _mean_without(r.unit_stats[u]["scores"], drop) if r else math.nan
             comp = next((c for c in r.comparisons if c["target"] == u and c["kind"] == ORIGINAL), None) if r else None
-            diff = comp["all"]["mean_diff"] if comp else math.nan
+            diff = (_diff_without(r.unit_stats[u]["scores"], r.unit_stats[comp["reference"]]["scores"], drop)
+                    if comp else math.nan)
             num[f"{t}"] = mean
             num[f"{t}_diff_vs_original"] = diff
-            txt[f"{_task_label(t)}"] = _num(mean)
+            txt[f"{_task_label(t)}"] = _num(mean) if r is None or np.isfinite(mean) else "— (base failed)"
             if t in avg_tasks and np.isfinite(mean):
                 means.append(mean)
                 if np.isfinite(diff):
@@ -703,7 +787,7 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
         txt["tasks"] = f"{len(means)}/{len(avg_tasks)}"
         # a mean over a subset of the tasks is not comparable with the full rows' means (CoLA's MCC and MRPC's
         # accuracy live on different scales): the text table shows averages only for rows that ran on every task
-        complete = len(means) == len(avg_tasks)
+        complete = len(means) == len(avg_tasks) > 0
         txt["mean (no WNLI)"] = _num(num["mean_excl_wnli"]) if complete else "—"
         txt["Δ vs original (no WNLI)"] = (_num(num["diff_vs_original_excl_wnli"], sign=True)
                                           if diffs and complete and len(diffs) == len(means) else "—")
@@ -711,10 +795,25 @@ def summary_frames(results: list[GroupResult]) -> tuple[pd.DataFrame, pd.DataFra
         txt_rows.append(txt)
     txt = pd.DataFrame(txt_rows)
     if not txt.empty:  # averages right after the per-task columns, WNLI last
-        first = ["method", "budget"] + [_task_label(t) for t in avg_tasks] + ["tasks", "mean (no WNLI)",
-                                                                         "Δ vs original (no WNLI)"]
+        first = ["method", "budget"] + [_task_label(t) for t in tasks if t not in side] + [
+            "tasks", "mean (no WNLI)", "Δ vs original (no WNLI)"]
         txt = txt[[c for c in first if c in txt.columns] + [c for c in txt.columns if c not in first]]
     return pd.DataFrame(num_rows), txt
+
+
+def summary_notes(results: list[GroupResult]) -> list[str]:
+    """What the cross-task summary leaves out: the base-failed seeds per task, and the tasks with no seed left."""
+    failed = base_failed_seeds(results)
+    notes = []
+    for t in sorted(failed, key=_task_key):
+        if not failed[t]:
+            continue
+        seeds = sorted({seed for r in results if r.task == t for seed in r.seeds})
+        gone = all(seed in failed[t] for seed in seeds)
+        notes.append(f"{_task_label(t)}: base model failed on {len(failed[t])} of {len(seeds)} seed(s) "
+                     f"({', '.join(map(str, failed[t]))}), left out of every number of this table"
+                     + ("; no seed is left, so the task is not averaged" if gone else ""))
+    return notes
 
 
 def option_sets(data: RunData) -> pd.DataFrame:
@@ -1252,9 +1351,15 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
 
     md = [f"# Head-pruning benchmark report\n",
           f"Run folder(s): {', '.join(f'`{f}`' for f in folders)}. Records: {len(data.records)}"
-          + (f" ({len(data.duplicates)} duplicate cell(s) ignored)" if data.duplicates else "") + ".  ",
+          + (f" ({len(data.duplicates)} duplicate cell(s) ignored)" if data.duplicates else "")
+          + (f"; {len(data.broken)} unreadable line(s) skipped (listed below)" if data.broken else "") + ".  ",
           "Scores: the task's primary metric on the GLUE dev split in percent points (MCC × 100 for CoLA), "
           "mean ± sample SD over n seeds. Comparisons are paired by seed (same base model); Δ = row − reference.\n"]
+    if data.broken:
+        md.append(f"**Unreadable lines, skipped.** A record's cell among them is listed as missing; the next "
+                  f"`bench run` into the folder moves each line to `{REJECTED}` (kept there, not deleted) and "
+                  f"computes the missing cells again:\n")
+        md += [f"- `{b.path}` line {b.line}: {b.reason}" for b in data.broken] + [""]
     ns = sorted({len(r.seeds) for r in results})
     if ns:
         md.append("**What these seeds can show.** " + "; ".join(
@@ -1289,8 +1394,10 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
         md += ["## Cross-task summary (WNLI left out of the averages)\n", _md(summ_txt),
                "- mean: average over the non-WNLI tasks of each row's mean score, shown only for rows that ran on all "
                "of them (tasks: how many it ran on; summary.csv has the partial averages too); Δ: the "
-               "average of its mean paired differences vs original. WNLI's dev set is adversarial: compare it with "
-               "its majority baseline.\n"]
+               "average of its mean paired differences vs original. Base-failed (task, seed) pairs are left out of "
+               "every number here (as in the tables' clean view), the same seeds for every row. WNLI's dev set is "
+               "adversarial: compare it with its majority baseline."]
+        md += [f"- {n}." for n in summary_notes(results)] + [""]
         tex_parts.append(_latex(summ_txt, "Cross-task summary; WNLI beside its majority baseline and left out of the "
                                           "averages.", "tab:summary"))
         md += ["## All comparisons (secondary tests and the two-level bootstrap)\n", _md(_comparisons_md(cf)),
@@ -1359,5 +1466,5 @@ def report_cmd(folders, against, formats, plots, out) -> None:
     """Significance tests, tables and plots of one or more run folders (combined)."""
     try:
         build_report(list(folders), against=against, formats=formats, plots=plots, out=out)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a missing folder, or a report folder that cannot be written
         raise click.ClickException(str(exc)) from exc

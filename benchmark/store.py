@@ -3,13 +3,23 @@
 invocation: its command, selection and planned cell keys, so a report can tell which cells are missing).
 
 A record is appended with a single ``write`` of one complete line to a file opened in append mode, then
-flushed and fsync'ed, so a killed run leaves at most one incomplete last line. On open, an incomplete or
-unparsable last line is cut off (and reported) before anything is appended; a finished cell is never written
+flushed and fsync'ed, so a killed run leaves at most one incomplete last line. A finished cell is never written
 twice (its key is checked first). Together: kill -9 at any moment, rerun, nothing lost or duplicated.
 
-Appends and the tail repair hold an exclusive ``flock`` on the file (POSIX), so several ``bench run`` processes
-may share one folder when they compute disjoint cells (e.g. one process per task): a process that starts cannot
-cut off a line another process is writing at that moment.
+Unreadable lines (one rule for ``bench run`` and ``bench report``, :func:`scan_jsonl`): a line is unreadable
+when it is the incomplete last line of the file (no newline: an interrupted write), is not valid JSON, or is not
+an entry of the file's kind (a record must be a JSON object with a ``cell`` key or the task, seed, method and
+condition of one). Readers (``bench report``, the summary) skip such a line and name it (file, line, reason):
+a record's cell then counts as missing. A writer (``bench run``, on opening the folder) moves every unreadable
+line of the three files to ``rejected.jsonl`` (the raw text, its file, line number and reason: kept, never
+deleted), rewrites the file without it and warns, naming each line; the missing cells are then computed again.
+So the report's advice "rerun the command" is what the run does, and no line is ever dropped silently.
+
+Appends, the repair and reads hold a ``flock`` on the file (POSIX; exclusive to write, shared to read), so
+several ``bench run`` processes may share one folder when they compute disjoint cells (e.g. one process per
+task): a process that starts cannot cut off a line another process is writing at that moment, and a report never
+mistakes a line being written for an interrupted one. A repair replaces the file (write, fsync, rename); an
+appender that locked the replaced file notices (its inode is no longer the path's) and appends to the new one.
 """
 from __future__ import annotations
 
@@ -17,14 +27,17 @@ import json
 import logging
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger("benchmark")
 
 RECORDS = "records.jsonl"
 FAILURES = "failures.jsonl"
 PLANS = "runs.jsonl"
+REJECTED = "rejected.jsonl"
 
 
 try:
@@ -34,10 +47,11 @@ except ImportError:  # pragma: no cover - Windows: no cross-process lock; one pr
 
 
 @contextmanager
-def _locked(fd: int):
-    """Hold an exclusive advisory lock on the open file ``fd`` (no-op where fcntl does not exist)."""
+def file_lock(fd: int, shared: bool = False):
+    """Hold an advisory lock (exclusive, or ``shared`` for readers) on the open file ``fd`` (no-op where fcntl
+    does not exist)."""
     if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
     try:
         yield
     finally:
@@ -45,78 +59,197 @@ def _locked(fd: int):
             fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _repair_tail(path: Path) -> int:
-    """Cut an incomplete last line (no terminating newline: an interrupted write) off ``path``.
+@dataclass(frozen=True)
+class BrokenLine:
+    """One unreadable line of a JSONL file of a run folder.
 
-    Returns the number of bytes removed.
-
-    Raises:
-        ValueError: a complete line that is not valid JSON (the file was edited by hand); names the line.
+    Attributes:
+        path: the file.
+        line: its 1-based line number.
+        reason: why it cannot be read (``incomplete last line (an interrupted write)``, ``not valid JSON``,
+            ``not a record ...``).
+        text: the raw line (bytes decoded with replacement characters).
     """
-    if not path.exists():
-        return 0
-    with open(path, "r+b") as fh, _locked(fh.fileno()):
-        return _repair_locked(path, fh)
+
+    path: Path
+    line: int
+    reason: str
+    text: str
+
+    def __str__(self) -> str:
+        excerpt = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        return f"{self.path}: line {self.line}: {self.reason} ({excerpt!r})"
 
 
-def _repair_locked(path: Path, fh) -> int:
-    data = fh.read()
-    good_end = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
-    for number, line in enumerate(data[:good_end].splitlines(), start=1):
+def is_record(entry: Any) -> bool:
+    """True for a JSON object that can be a cell's record: a ``cell`` key, or the task, seed, method and condition
+    the cell key is made of (records of the first schema had no ``cell``)."""
+    return isinstance(entry, dict) and ("cell" in entry or {"task", "seed", "method", "condition"} <= set(entry))
+
+
+def _is_object(entry: Any) -> bool:
+    return isinstance(entry, dict)
+
+
+#: What a valid line of each file of a run folder is (:func:`scan_jsonl`).
+VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    RECORDS: (is_record, "not a record (a JSON object with a 'cell' key)"),
+    FAILURES: (_is_object, "not a failure entry (a JSON object)"),
+    PLANS: (_is_object, "not a run entry (a JSON object)"),
+}
+
+
+def _scan_bytes(path: Path, data: bytes) -> tuple[list[tuple[int, Any, bytes]], list[BrokenLine]]:
+    """Parse ``data`` (the content of ``path``) line by line: ([(line number, entry, raw line)], broken lines)."""
+    valid, what = VALIDATORS.get(path.name, (_is_object, "not a JSON object"))
+    good: list[tuple[int, Any, bytes]] = []
+    broken: list[BrokenLine] = []
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: the bytes after the last newline (b"" when the file ends in one)
+    for number, raw in enumerate(complete, start=1):
+        if not raw.strip():
+            continue
+        text = raw.decode("utf-8", errors="replace")
         try:
-            json.loads(line)
-        except json.JSONDecodeError:
-            raise ValueError(f"{path}: line {number} is not valid JSON (edited by hand?); fix or remove it") from None
-    removed = len(data) - good_end
-    if removed:
-        fh.truncate(good_end)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return removed
+            entry = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            broken.append(BrokenLine(path, number, "not valid JSON", text))
+            continue
+        if not valid(entry):
+            broken.append(BrokenLine(path, number, what, text))
+            continue
+        good.append((number, entry, raw))
+    if tail.strip():
+        broken.append(BrokenLine(path, len(complete) + 1, "incomplete last line (an interrupted write)",
+                                 tail.decode("utf-8", errors="replace")))
+    return good, broken
+
+
+def scan_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[BrokenLine]]:
+    """Read a JSONL file of a run folder under a shared lock: (its readable entries, its unreadable lines).
+
+    Read-only: nothing is changed (``bench run`` moves unreadable lines aside, see :class:`RecordStore`).
+    A missing file gives ``([], [])``.
+    """
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    with open(path, "rb") as fh, file_lock(fh.fileno(), shared=True):
+        good, broken = _scan_bytes(path, fh.read())
+    return [entry for _, entry, _ in good], broken
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """All complete records of a JSONL file (an incomplete last line is ignored, not an error)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    """The readable entries of a JSONL file; every unreadable line is logged as a warning naming it (use
+    :func:`scan_jsonl` to get them)."""
+    entries, broken = scan_jsonl(path)
+    for b in broken:
+        log.warning("%s: skipped", b)
+    return entries
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one line in one write, then fsync."""
-    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def _fsync_dir(folder: Path) -> None:
     try:
-        with _locked(fd):
-            written = os.write(fd, line)
-            if written != len(line):  # pragma: no cover - short write on a full disk
-                raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
-            os.fsync(fd)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def reject_unreadable(path: Path) -> list[BrokenLine]:
+    """Move every unreadable line of ``path`` (see :func:`scan_jsonl`) to ``rejected.jsonl`` beside it and rewrite
+    ``path`` without them, under the file's exclusive lock. Returns the lines moved (none: nothing changes).
+
+    Order of the writes, so that a crash at any point loses nothing: the rejected lines are appended (fsync) to
+    ``rejected.jsonl`` first, then the cleaned content is written to a temporary file (fsync) that replaces
+    ``path`` atomically. A crash in between leaves the line in both files, never in neither.
+
+    Raises:
+        OSError: the folder cannot be written (the caller names the path).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, "rb") as fh, file_lock(fh.fileno()):
+        good, broken = _scan_bytes(path, fh.read())
+        if not broken:
+            return []
+        moved = _now()
+        for b in broken:
+            append_jsonl(path.with_name(REJECTED), {"file": path.name, "line": b.line, "reason": b.reason,
+                                                    "text": b.text, "moved_at": moved})
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as out:
+            out.write(b"".join(raw + b"\n" for _, _, raw in good))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    return broken
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one record as one line in one write, then fsync (under the file's exclusive lock; if the file was
+    replaced by a repair while this process waited for the lock, the line goes to the new file)."""
+    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            with file_lock(fd):
+                try:
+                    current = os.stat(path).st_ino
+                except FileNotFoundError:
+                    current = None
+                if current != os.fstat(fd).st_ino:  # replaced (reject_unreadable) while we waited: reopen
+                    continue
+                written = os.write(fd, line)
+                if written != len(line):  # pragma: no cover - short write on a full disk
+                    raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
+                os.fsync(fd)
+                return
+        finally:
+            os.close(fd)
+
+
+def record_key(record: dict[str, Any]) -> str:
+    """A record's cell key: its ``cell``, or for records of the first schema (no ``cell``) the key made of its task,
+    seed, method, budget spec and condition."""
+    if record.get("cell"):
+        return record["cell"]
+    budget = (record.get("budget") or {}).get("spec", "none")
+    return f"{record['task']}|seed={record['seed']}|{record['method']}|{budget}|{record['condition']}"
+
+
 class RecordStore:
-    """Finished cells of a run folder, keyed by ``record["cell"]``."""
+    """Finished cells of a run folder, keyed by :func:`record_key`; the writer's view of the folder.
+
+    Opening it moves every unreadable line of ``records.jsonl``, ``failures.jsonl`` and ``runs.jsonl`` to
+    ``rejected.jsonl`` (see the module docstring); ``self.rejected`` lists them, and each is logged as a warning.
+
+    Raises:
+        OSError: the folder or one of its files cannot be read or written.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / RECORDS
-        removed = _repair_tail(self.path)
-        if removed:
-            log.warning("%s: removed an incomplete last record (%d bytes) left by an interrupted run", self.path, removed)
+        self.rejected: list[BrokenLine] = []
+        for name in (RECORDS, FAILURES, PLANS):
+            self.rejected += reject_unreadable(self.folder / name)
+        for b in self.rejected:
+            log.warning("%s: moved to %s (kept there); a record's cell will be computed again", b,
+                        self.folder / REJECTED)
         self._records: dict[str, dict[str, Any]] = {}
         for rec in read_jsonl(self.path):
-            self._records.setdefault(rec["cell"], rec)
+            self._records.setdefault(record_key(rec), rec)
 
     def __contains__(self, cell: str) -> bool:
         return cell in self._records

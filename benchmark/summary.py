@@ -22,7 +22,8 @@ def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
                "budget": r["budget"]["spec"], "heads_pruned": r["heads_pruned"], "heads_total": r["heads_total"],
                "primary_metric": r["primary_metric"], "score": 100 * r["score"],
                "majority": 100 * r["majority_baseline"][r["primary_metric"]], "degenerate": r["degenerate"],
-               "base_failed": r.get("base_failed", False), "wall_s": r["cost"]["wall_s"]}
+               "base_failed": r.get("base_failed", False), "wall_s": r["cost"]["wall_s"],
+               "target": r["budget"].get("target")}
         for name, value in r["metrics"].items():
             row[f"metric:{name}"] = 100 * value
         rows.append(row)
@@ -32,8 +33,9 @@ def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
 def summarize(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Task x (method, condition) table; mean and sample SD (ddof=1; NaN with one seed) over seeds.
 
-    Columns: task, metric, method, condition, budget, n, mean, sd, heads_pruned (mean), degenerate (count),
-    original (mean of the unpruned model), majority, wall_s (mean).
+    Columns: task, metric, method, condition, budget, n, mean, sd, heads_pruned (mean), off_budget (seeds whose
+    pruned count differs from their target), degenerate (count), original (mean of the unpruned model), majority,
+    wall_s (mean).
     """
     df = records_frame(records)
     if df.empty:
@@ -46,6 +48,7 @@ def summarize(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
             "method": method, "condition": condition, "budget": budget, "n": len(g),
             "mean": g.score.mean(), "sd": g.score.std(ddof=1) if len(g) > 1 else float("nan"),
             "heads_pruned": g.heads_pruned.mean(), "heads_total": int(g.heads_total.iloc[0]),
+            "off_budget": int((g.target.notna() & (g.heads_pruned != g.target)).sum()),
             "degenerate": int(g.degenerate.sum()), "original": orig.score.mean() if len(orig) else float("nan"),
             "majority": g.majority.iloc[0], "wall_s": g.wall_s.mean(),
         })
@@ -67,7 +70,8 @@ def markdown(table: pd.DataFrame) -> str:
     view = pd.DataFrame({
         "task": table.task, "metric": table.metric, "method": table.method, "condition": table.condition,
         "budget": table.budget, "n": table.n, "score (mean ± SD)": table.apply(_fmt, axis=1),
-        "heads pruned": table.apply(lambda r: f"{r.heads_pruned:.1f}/{r.heads_total}", axis=1),
+        "heads pruned": table.apply(lambda r: f"{r.heads_pruned:.1f}/{r.heads_total}" + (
+            f" ⚠ off budget on {r.off_budget}/{r.n} seeds" if r.off_budget else ""), axis=1),
         "degenerate": table.degenerate, "original": table.original.map(lambda v: f"{v:.2f}"),
         "majority": table.majority.map(lambda v: f"{v:.2f}"), "wall s": table.wall_s.map(lambda v: f"{v:.1f}"),
     })

@@ -125,7 +125,7 @@ def test_task_subsets_share_a_folder_but_changed_data_is_refused(smoke_run, glue
     # a subset of the folder's tasks (one process per task) is accepted; the folder's hashes are kept
     runner = Runner(_config(smoke_run, glue_dir, tasks_spec="mrpc"))
     runner.close()
-    assert runner.experiment.digest() == full["config_hash"]
+    assert runner.config_hash == full["config_hash"]
     assert json.loads((smoke_run / "run.json").read_text()) == full
     # a new task is added to run.json
     other = tmp_path / "other"
@@ -150,9 +150,12 @@ def test_incomplete_last_line_is_repaired(tmp_path):
     store.add({"cell": "b", "x": 2})
     store.add({"cell": "b", "x": 3})  # never twice
     assert [json.loads(l)["x"] for l in path.read_text().splitlines()] == [1, 2]
+    # a complete line that is not JSON (edited by hand) is moved to rejected.jsonl, named, never dropped silently
     path.write_text("not json\n" + json.dumps({"cell": "a"}) + "\n")
-    with pytest.raises(ValueError, match="line 1 is not valid JSON"):
-        RecordStore(tmp_path)
+    store = RecordStore(tmp_path)
+    assert [(b.line, b.reason) for b in store.rejected] == [(1, "not valid JSON")]
+    assert [r["cell"] for r in store.records()] == ["a"] and path.read_text() == json.dumps({"cell": "a"}) + "\n"
+    assert json.loads((tmp_path / "rejected.jsonl").read_text().splitlines()[-1])["text"] == "not json"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
