@@ -88,12 +88,13 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
             progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
-    from benchmark.summary import markdown, write_summary
 
     try:
         cfg = make_run_config(out=out, preset=preset, methods_spec=methods_spec, tasks_spec=tasks_spec, seeds=seeds,
                               model=model, budget=budget, device=device, data_dir=data_dir, recover=recover,
                               match_per_layer=match_per_layer, method_options=_parse_method_options(options), progress=progress)
+        # first line: where the tasks come from (reading the hub offline takes a while to fail)
+        click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg)
     except (ConfigError, tasks.DataError, methods.UnknownMethodError, methods.OptionError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -102,11 +103,43 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
                f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label}")
     try:
         runner.run()
+        _finish(cfg, runner, report, plots)
+    except OSError as exc:  # the run folder cannot be written (disk full, permissions): one line, no traceback
+        message = _folder_error(exc, cfg.out)
+        log.error(message)  # into run.log too, while its handler is open
+        raise click.ClickException(message) from exc
     finally:
         runner.close()
+    click.echo(f"wall time this invocation: {time.time() - start:.0f} s; records: {cfg.out}/records.jsonl")
+    if runner.failures:
+        click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
+        for f in runner.failures:
+            click.echo(f"  {f['cell']}: {f['error']}", err=True)
+        sys.exit(1)
+
+
+def _folder_error(exc: OSError, out: Path) -> str:
+    """One line for an OS error during a run: the path, the reason, what is kept and what to do."""
+    from benchmark.runner import RunFolderError
+
+    where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    try:
+        in_folder = bool(exc.filename) and Path(str(exc.filename)).resolve().is_relative_to(Path(out).resolve())
+    except (OSError, ValueError):
+        in_folder = False
+    fix = ("Free space or fix the folder's permissions" if in_folder or isinstance(exc, RunFolderError)
+           else "Fix the cause")
+    return (f"{where}. The run stopped; every finished cell is kept in {out}/records.jsonl. {fix}, then rerun the "
+            f"same command to resume.")
+
+
+def _finish(cfg, runner, report: bool, plots: bool) -> None:
+    """Write the folder's summary (and report) after a run."""
+    from benchmark.summary import markdown, write_summary
+
     header = (f"# bench run summary\n\nEvery record of the folder. Written by the last command: "
               f"`bench {' '.join(sys.argv[1:])}` (all commands: runs.jsonl)  \n"
-              f"Preset: {cfg.preset.name}; model: {cfg.model}; config hash: {runner.experiment.digest()}; "
+              f"Preset: {cfg.preset.name}; model: {cfg.model}; config hash: {runner.config_hash}; "
               f"git: {runner.provenance['git_commit']}")
     table = write_summary(cfg.out, header=header)
     click.echo(markdown(table))
@@ -115,12 +148,6 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
 
         build_report([cfg.out], plots=plots, echo=False)
         click.echo(f"report (tables, significance tests{', plots' if plots else ''}): {cfg.out}/report/")
-    click.echo(f"wall time this invocation: {time.time() - start:.0f} s; records: {cfg.out}/records.jsonl")
-    if runner.failures:
-        click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
-        for f in runner.failures:
-            click.echo(f"  {f['cell']}: {f['error']}", err=True)
-        sys.exit(1)
 
 
 def _register_report() -> None:

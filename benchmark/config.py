@@ -187,7 +187,10 @@ class Experiment:
         return dataclasses.asdict(self)
 
     def digest(self) -> str:
-        return config_hash(self.as_dict())
+        """The hash of the settings, data file hashes left out: processes that share a folder with different
+        tasks (each knowing only its own files) compute the same digest. The files are checked one by one against
+        ``run.json`` and every record carries them (``provenance.data_hashes``)."""
+        return config_hash({k: v for k, v in self.as_dict().items() if k != "data_hashes"})
 
 
 def config_hash(obj: Any) -> str:

@@ -7,6 +7,7 @@ Architectures other than those :class:`methods.heads.BertLayout` supports are re
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -35,16 +36,49 @@ def resolve_model(name: str) -> str:
     return name
 
 
+#: Files of a local model folder that decide what the model computes: its configuration, its weights (any
+#: format from_pretrained reads, sharded or not) and its tokenizer. Other files (README, train_info.json) do not.
+CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".txt", ".model")
+NOT_CONTENT = ("train_info.json",)
+
+
+def local_model_digest(folder: str | Path) -> str:
+    """sha256 (16 hex digits) over the content files of a local model folder (:data:`CONTENT_SUFFIXES`, found
+    recursively, in sorted order; each file's relative path and bytes enter the hash), so two folders with the same
+    configuration, weights and tokenizer share a digest wherever they lie, and any change to one of those files
+    changes it.
+
+    Raises:
+        OSError: a file cannot be read.
+        ValueError: the folder holds no content file.
+    """
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in CONTENT_SUFFIXES
+                   and p.name not in NOT_CONTENT and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    if not files:
+        raise ValueError(f"--model {folder}: no configuration or weight files in the folder")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
 def model_revision(name: str) -> str:
-    """A provenance string for the model: the alias's package version, or the hub commit when known."""
+    """A provenance string that identifies the model's content: the alias's package version, the hub commit when
+    known, or for a local folder ``local:sha256=<16 hex>`` of its configuration, weights and tokenizer files
+    (:func:`local_model_digest`), so a run folder refuses a rerun whose local model changed in place."""
     if name in ALIASES:
         import importlib.metadata
 
         dist = ALIASES[name].replace("_", "-")
         return f"{dist}=={importlib.metadata.version(dist)}"
-    path = Path(name)
+    path = Path(name).expanduser()
     if path.is_dir():
-        return f"local:{path.resolve()}"
+        return f"local:sha256={local_model_digest(path)}"
     try:
         return getattr(AutoConfig.from_pretrained(name), "_commit_hash", None) or "hub"
     except Exception:  # noqa: BLE001 - provenance only

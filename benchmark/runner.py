@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ from tqdm.auto import tqdm
 import methods
 from benchmark import models, tasks, training
 from benchmark.config import Budget, ConfigError, Experiment, Preset, config_hash, diff_dicts, parse_budget
-from benchmark.store import RecordStore
+from benchmark.store import REJECTED, RecordStore, file_lock
 from benchmark.training import Counter, TrainConfig
 from methods.base import PruningContext, check_mask
 from methods.heads import get_layout
@@ -46,6 +47,12 @@ ORIGINAL = "original"
 OWN_BUDGET = "own"  # budget spec of a method that decides its own head count (HeadPruner.own_budget)
 PRUNE_ONLY, RECOVER, CONTROL = "prune-only", "prune+recover", "control"
 DEGENERATE_CLASS_SHARE = 0.95
+MAX_SEED = 2**31 - 1  # a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)
+
+
+class RunFolderError(OSError):
+    """The run folder (or a file in it) cannot be written: a full disk, missing permissions, a file where a
+    folder should be. The message names the path; finished cells stay in ``records.jsonl``."""
 
 
 @dataclass
@@ -224,9 +231,12 @@ class Runner:
         self.budget_label = config.budget.label + ("/per-layer" if config.match_per_layer and config.budget.kind == "matched" else "")
         self._check_run_json()
         self.store = RecordStore(self.out)
+        for broken in self.store.rejected:
+            tqdm.write(f"warning: {broken}: moved to {self.out / REJECTED} (kept there); its cell, if it was a "
+                       f"record, is computed again", file=sys.stderr)
         self.provenance = {"git_commit": _git_commit(self.out), "versions": _versions(), "model": config.model,
                            "model_revision": self.experiment.model_revision,
-                           "data_hashes": self.experiment.data_hashes, "config_hash": self.experiment.digest()}
+                           "data_hashes": self.experiment.data_hashes, "config_hash": self.config_hash}
         self.failures: list[dict[str, Any]] = []
         # the last PruningResult, reused by the prune+recover cell of the same (task, seed, method)
         self._pruned: dict[tuple[str, int, str], tuple[Any, float, dict[str, int]]] = {}
@@ -243,41 +253,47 @@ class Runner:
     def _check_run_json(self) -> None:
         """Refuse a folder made with another experiment configuration; accept a subset or superset of its tasks.
 
+        Read, compared and (when new or extended) written under an exclusive lock on ``DIR/.run.lock``, so
+        processes started together into one new folder agree: the first creates ``run.json``, the others read it.
         The data hashes are compared per file: a task this run leaves out is no conflict (one process per task
         may share a folder), a task it adds is merged into ``run.json``; the same file with another hash is
-        refused. Afterwards ``self.experiment.data_hashes`` holds the folder's hashes (all its tasks), so every
-        record of the folder carries the same config hash.
+        refused. Afterwards ``self.experiment.data_hashes`` holds the folder's hashes (all its tasks) and
+        ``self.config_hash`` the folder's config hash, the one ``run.json`` was created with, which every record of
+        the folder carries (adding a task never changes it).
 
         Raises:
             ConfigError: a setting or a data file's hash differs from the folder's; the message lists each change.
         """
         path = self.out / "run.json"
-        current = self.experiment.as_dict()
-        if not path.exists():
-            self._write_run_json(path, {"created": _now()})
-            return
-        stored = json.loads(path.read_text())
-        old = stored.get("experiment", {})
-        old_hashes, new_hashes = old.get("data_hashes", {}), current.get("data_hashes", {})
-        changes = diff_dicts({k: v for k, v in old.items() if k != "data_hashes"},
-                             {k: v for k, v in current.items() if k != "data_hashes"})
-        changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
-                    for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
-        if changes:
-            raise ConfigError(
-                f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
-                f"  " + "\n  ".join(changes) + "\nUse another --out folder, or the same options as before."
-            )
-        added = sorted(set(new_hashes) - set(old_hashes))
-        self.experiment.data_hashes = {**old_hashes, **new_hashes}
-        if added:
-            log.info("run.json: adding data files %s", ", ".join(added))
-            self._write_run_json(path, {k: v for k, v in stored.items() if k not in ("experiment", "config_hash")})
+        with open(self.out / ".run.lock", "a+b") as lock, file_lock(lock.fileno()):
+            current = self.experiment.as_dict()
+            if not path.exists():
+                self.config_hash = self.experiment.digest()
+                self._write_run_json(path, {"created": _now()})
+                return
+            stored = json.loads(path.read_text())
+            old = stored.get("experiment", {})
+            old_hashes, new_hashes = old.get("data_hashes", {}), current.get("data_hashes", {})
+            changes = diff_dicts({k: v for k, v in old.items() if k != "data_hashes"},
+                                 {k: v for k, v in current.items() if k != "data_hashes"})
+            changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
+                        for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
+            if changes:
+                raise ConfigError(
+                    f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
+                    f"  " + "\n  ".join(changes) + "\nUse another --out folder, or the same options as before."
+                )
+            added = sorted(set(new_hashes) - set(old_hashes))
+            self.experiment.data_hashes = {**old_hashes, **new_hashes}
+            self.config_hash = stored.get("config_hash") or self.experiment.digest()
+            if added:
+                log.info("run.json: adding data files %s", ", ".join(added))
+                self._write_run_json(path, {k: v for k, v in stored.items() if k not in ("experiment", "config_hash")})
 
     def _write_run_json(self, path: Path, extra: dict[str, Any]) -> None:
         tmp = path.with_name(f"run.json.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({**extra, "experiment": self.experiment.as_dict(),
-                                   "config_hash": self.experiment.digest()}, indent=2, sort_keys=True))
+                                   "config_hash": self.config_hash}, indent=2, sort_keys=True))
         tmp.replace(path)
 
     # ------------------------------------------------------------------ cells
@@ -395,14 +411,18 @@ class Runner:
         training.fine_tune(model, data.train, self.tokenizer, self.device, self.cfg.preset.train, seed=seed,
                            desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress)
         tmp = folder.with_name(folder.name + ".tmp")
-        if tmp.exists():
-            import shutil
-
-            shutil.rmtree(tmp)
-        model.save_pretrained(tmp)
-        (tmp / "train_info.json").write_text(json.dumps({"wall_s": time.time() - start, "examples": len(data.train),
-                                                         "seed": seed, "finished": _now()}))
-        tmp.replace(folder)
+        try:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)  # a complete Hugging Face folder: loadable with its tokenizer
+            (tmp / "train_info.json").write_text(json.dumps({"wall_s": time.time() - start, "examples": len(data.train),
+                                                             "seed": seed, "finished": _now()}))
+            tmp.replace(folder)
+        except Exception as exc:  # disk full, permissions, base/ not a folder; safetensors raises its own types
+            shutil.rmtree(tmp, ignore_errors=True)  # leave no half-written folder behind
+            raise RunFolderError(f"{folder}: cannot save the fine-tuned base model ({type(exc).__name__}: "
+                                 f"{exc})") from exc
         log.info("base model %s trained in %.0f s", folder, time.time() - start)
         return model.eval()
 
@@ -563,7 +583,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                     match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None, progress: bool = True) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
-    ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"``; ``None`` = the preset's.
+    ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
+    preset's.
 
     Raises:
         ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
@@ -598,6 +619,20 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
+        if not seed_list:
+            raise ConfigError(f"--seeds {seeds!r}: no seed given; expected N or a comma-separated list of integers")
+    bad = [s for s in seed_list if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ConfigError(f"--seeds {seeds}: every seed must be an integer in [0, {MAX_SEED}] (numpy and torch seed "
+                          f"generators take non-negative seeds), got {', '.join(map(str, bad))}")
+    repeated = sorted({s for s in seed_list if seed_list.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"--seeds {seeds}: seed(s) {', '.join(map(str, repeated))} given more than once; "
+                          f"a seed is one paired replicate, list each once")
+    parsed_budget = parse_budget(budget or p.budget)
+    if match_per_layer and parsed_budget.kind != "matched":
+        raise ConfigError(f"--match-per-layer matches a budget setter's per-layer counts: it needs --budget "
+                          f"matched:METHOD, not {parsed_budget.label}")
     for m, given in (method_options or {}).items():
         if m not in names:
             shown = ", ".join(f"{m}.{k}" for k in given)
@@ -610,6 +645,6 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     for m, o in (method_options or {}).items():
         merged_options.setdefault(m, {}).update(o)
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
-                     budget=parse_budget(budget or p.budget), model=model or p.model, device=device,
+                     budget=parsed_budget, model=model or p.model, device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
                      method_options=merged_options, progress=progress)

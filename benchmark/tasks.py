@@ -226,13 +226,38 @@ def resolve_tasks(spec: str) -> list[TaskSpec]:
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
     """Choose the GLUE data folder: ``data_dir`` if given, else ``$GLUE_DIR``, else ``None``.
 
-    ``None`` means "use the hub". Empty strings count as not given. The folder's
-    existence is checked by :func:`load_glue_local`, not here.
+    ``None`` means "use the hub". The folder's existence is checked by :func:`load_glue_local`, not here.
+
+    Raises:
+        DataError: ``data_dir`` or ``$GLUE_DIR`` is given but empty (e.g. ``GLUE_DIR=$UNSET_VARIABLE``): an empty
+            value is a mistake, not a request for the hub, so it is never read as "not given".
     """
-    if data_dir is not None and str(data_dir).strip():
+    if data_dir is not None:
+        if not str(data_dir).strip():
+            raise DataError("--data-dir is empty: give the GLUE folder (GLUE's TSV layout), or leave the option out "
+                            f"to use ${GLUE_DIR_ENV} or the Hugging Face hub")
         return Path(data_dir).expanduser()
-    from_env = os.environ.get(GLUE_DIR_ENV, "").strip()
-    return Path(from_env).expanduser() if from_env else None
+    if GLUE_DIR_ENV in os.environ:
+        from_env = os.environ[GLUE_DIR_ENV].strip()
+        if not from_env:
+            raise DataError(f"{GLUE_DIR_ENV} is set but empty (an unset shell variable?): set it to the GLUE folder, "
+                            f"or unset it (unset {GLUE_DIR_ENV}) to read the tasks from the Hugging Face hub")
+        return Path(from_env).expanduser()
+    return None
+
+
+def describe_data_source(data_dir: str | Path | None = None) -> str:
+    """Where :func:`load_task` reads the tasks from, in words, for the first line a command prints: the folder
+    and whether ``--data-dir`` or ``$GLUE_DIR`` named it, or the hub dataset.
+
+    Raises:
+        DataError: as :func:`resolve_data_dir`.
+    """
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        return f"the Hugging Face hub ({HUB_DATASET}; no --data-dir, {GLUE_DIR_ENV} not set)"
+    source = "--data-dir" if data_dir is not None else f"${GLUE_DIR_ENV}"
+    return f"{root} ({source})"
 
 
 def load_task(task: TaskSpec | str, data_dir: str | Path | None = None) -> datasets.DatasetDict:
@@ -592,11 +617,20 @@ def compute_metrics(task: TaskSpec | str, predictions, labels) -> dict[str, floa
 
 
 def majority_baseline(task: TaskSpec | str, train_labels, eval_labels) -> dict:
-    """Score of always predicting the train split's majority class on the eval split.
+    """The majority-class baseline on the eval split: the score of always predicting the eval split's most
+    frequent label (ties go to the smaller label id).
 
-    Ties go to the smaller label id. Returns ``{"majority_label": int,
-    **compute_metrics(task, predictions, eval_labels)}``. A run at or below this
-    score is degenerate (protocol.md §6).
+    The rule, and why: it is the best score any constant prediction reaches on the examples being scored
+    (accuracy: the majority share; F1 of MRPC's positive class: the majority is the positive class on GLUE's
+    dev set; MCC: every constant scores 0), so "at or below the majority baseline" always means "no better than
+    a constant". A baseline from the train split's majority could point the wrong way on a subsample: a 64-example
+    WNLI train sample whose majority is class 1 gives 43.75% on a dev sample whose majority is class 0 (56.25%),
+    and a model at 54.69% would pass as better than the baseline while below always-class-0. On the full GLUE
+    splits both rules agree for MRPC, RTE, CoLA and WNLI (protocol.md §7's published figures).
+
+    Returns ``{"majority_label": int, "train_majority_label": int, **compute_metrics(task, predictions,
+    eval_labels)}``; ``train_majority_label`` (the train split's most frequent label) is kept for reference only.
+    A run at or below this score is degenerate (protocol.md §6).
 
     Raises:
         ValueError: labels empty or not class ids of the task.
@@ -604,9 +638,10 @@ def majority_baseline(task: TaskSpec | str, train_labels, eval_labels) -> dict:
     task = get_task(task)
     train = _as_class_ids(train_labels, "train_labels", task.num_labels)
     gold = _as_class_ids(eval_labels, "eval_labels", task.num_labels)
-    majority = int(np.bincount(train, minlength=task.num_labels).argmax())
+    majority = int(np.bincount(gold, minlength=task.num_labels).argmax())
     predictions = np.full(gold.shape, majority)
-    return {"majority_label": majority, **compute_metrics(task, predictions, gold)}
+    return {"majority_label": majority, "train_majority_label": int(np.bincount(train, minlength=task.num_labels).argmax()),
+            **compute_metrics(task, predictions, gold)}
 
 
 def predicted_class_fraction(predictions) -> float:

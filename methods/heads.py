@@ -516,8 +516,9 @@ def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 
 
-def save_pruned(model: nn.Module, path) -> None:
-    """``model.save_pretrained(path)``; the config carries ``pruned_heads`` (original indices).
+def save_pruned(model: nn.Module, path, tokenizer=None) -> None:
+    """``model.save_pretrained(path)``; the config carries ``pruned_heads`` (original indices). With
+    ``tokenizer`` (a Hugging Face tokenizer) it is saved beside, so the folder is complete.
 
     Raises:
         UnsupportedArchitectureError: not a BERT-layout model.
@@ -527,6 +528,8 @@ def save_pruned(model: nn.Module, path) -> None:
         str(layer): heads for layer, heads in sorted(_pruned_heads_dict(model.config).items())
     }
     model.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
 
 
 def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:

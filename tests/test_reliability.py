@@ -1,0 +1,455 @@
+"""Reliability on another machine and in a new user's hands (issue 10): a changed local model, unreadable lines in
+the result files, options checked before any training, averages and baselines that cannot mislead, quiet
+fallbacks and OS errors, one config hash per folder, complete model folders.
+
+Float tolerances (item 1) are in ``tests/test_heads.py`` and ``tests/tolerances.py``; statistics on differences
+equal up to rounding (item 5) in ``tests/test_stats.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+import methods
+from benchmark import store as store_mod
+from benchmark import tasks
+from benchmark.cli import main
+from benchmark.config import ConfigError, get_preset
+from benchmark.models import local_model_digest, model_revision
+from benchmark.report import ReportWarning, build_report
+from benchmark.runner import Runner, make_run_config
+from benchmark.store import REJECTED, RecordStore, append_jsonl, scan_jsonl
+from benchmark.summary import markdown, summarize
+from methods import HeadPruner, Interval, OptionError, PruningResult, register
+from methods.conformance import check_option_constraints
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_report import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
+
+VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
+
+
+def _config(out, glue_dir, **kw):
+    args = dict(out=out, preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=None,
+                budget=None, device="cpu", data_dir=str(glue_dir), recover=False, progress=False)
+    args.update(kw)
+    return make_run_config(**args)
+
+
+def _run(out, glue_dir, **kw) -> Runner:
+    runner = Runner(_config(out, glue_dir, **kw))
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    assert not runner.failures, runner.failures
+    return runner
+
+
+def _stable(records):
+    return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, glue_dir):
+    """One smoke run (WNLI, seed 0, original + random): a cached base model and two records."""
+    out = tmp_path_factory.mktemp("smoke")
+    _run(out, glue_dir)
+    return out
+
+
+def _tiny_bert_folder(folder: Path, seed: int = 0) -> Path:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=64, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+# --------------------------------------------------------------------------- 2. a changed local model
+
+
+def test_local_model_revision_identifies_its_content(tmp_path):
+    a = _tiny_bert_folder(tmp_path / "a")
+    shutil.copytree(a, tmp_path / "b")
+    assert model_revision(str(a)) == model_revision(str(tmp_path / "b")) == f"local:sha256={local_model_digest(a)}"
+    (a / "README.md").write_text("notes")  # not content: the revision stays
+    assert model_revision(str(a)) == model_revision(str(tmp_path / "b"))
+    _tiny_bert_folder(a, seed=1)  # other weights, same config
+    assert model_revision(str(a)) != model_revision(str(tmp_path / "b"))
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    (tmp_path / "b" / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.2}))
+    before = model_revision(str(tmp_path / "b"))
+    (tmp_path / "b" / "config.json").write_text(json.dumps(config))
+    assert model_revision(str(tmp_path / "b")) != before
+
+
+def test_a_changed_local_model_is_refused_in_its_run_folder(tmp_path, glue_dir):
+    model = _tiny_bert_folder(tmp_path / "model")
+    Runner(_config(tmp_path / "run", glue_dir, model=str(model))).close()
+    Runner(_config(tmp_path / "run", glue_dir, model=str(model), seeds="2")).close()  # unchanged: accepted
+    _tiny_bert_folder(model, seed=1)  # overwrite model.safetensors in place
+    with pytest.raises(ConfigError, match=r"different configuration(.|\n)*model_revision: 'local:sha256=\w+' -> "
+                                          r"'local:sha256=\w+'"):
+        Runner(_config(tmp_path / "run", glue_dir, model=str(model), seeds="2"))
+
+
+# --------------------------------------------------------------------------- 3. unreadable lines
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("damage, line, reason", [
+    ("garbage", 3, "not valid JSON"),
+    ("cut in the middle", 3, "not valid JSON"),
+    ("cut-off last line", 12, "incomplete last line (an interrupted write)"),
+    ("not a record", 3, "not a record"),
+])
+def test_report_and_run_name_every_unreadable_line_and_agree(tmp_path, damage, line, reason):
+    records = make_records(tasks=("mrpc",), seeds=(0, 1, 2), methods={"original": ["none"],
+                                                                       "random": ["fraction:0.25"],
+                                                                       "michel": ["fraction:0.25"],
+                                                                       "auber": ["own"]})
+    folder = write_run(tmp_path / "run", records)
+    path = folder / "records.jsonl"
+    lines = _lines(path)
+    assert len(lines) == 12
+    victim = records[line - 1]["cell"]
+    if damage == "garbage":
+        lines[line - 1] = "%%% not json %%%\n"
+    elif damage == "cut in the middle":
+        lines[line - 1] = lines[line - 1][:200] + "\n"
+    elif damage == "not a record":
+        lines[line - 1] = "[1, 2, 3]\n"
+    else:
+        lines[-1] = lines[-1][:150]  # no newline: an interrupted write
+    path.write_text("".join(lines))
+
+    with pytest.warns(ReportWarning, match=rf"records.jsonl: line {line}: {re.escape(reason)}.*skipped.*next `bench run`"):
+        out = build_report([folder], plots=False, echo=False, n_boot=200, n_boot_examples=50)
+    md = (out / "report.md").read_text()
+    assert "Records: 11; 1 unreadable line(s) skipped" in md
+    assert f"`{path}` line {line}: {reason}" in md
+    missing = pd.read_csv(out / "missing.csv")
+    assert len(missing) == 1 and victim.startswith(f"{missing.task[0]}|seed={missing.seed[0]}|{missing.method[0]}|")
+
+    # the writer's view (what `bench run` opens): the line is moved aside, kept verbatim, the rest untouched
+    kept = [l for i, l in enumerate(lines) if i != line - 1]
+    store = RecordStore(folder)
+    assert [(b.line, b.reason) for b in store.rejected] == [(line, reason if reason != "not a record" else
+                                                             "not a record (a JSON object with a 'cell' key)")]
+    assert victim not in store and len(store.records()) == 11
+    assert path.read_text() == "".join(kept if damage != "cut-off last line" else kept)
+    rejected = [json.loads(l) for l in (folder / REJECTED).read_text().splitlines()]
+    assert rejected[0]["file"] == "records.jsonl" and rejected[0]["line"] == line
+    assert rejected[0]["text"] == lines[line - 1].rstrip("\n")
+    # afterwards both agree there is nothing unreadable
+    assert scan_jsonl(path)[1] == []
+
+
+def test_a_rerun_recomputes_a_record_cut_in_the_middle(smoke, glue_dir, tmp_path, capsys):
+    """The issue's case: `bench report` lists the cell as missing and says "rerun the command"; the rerun now does
+    exactly that instead of refusing the folder."""
+    folder = tmp_path / "copy"
+    shutil.copytree(smoke, folder)
+    before = _stable(RecordStore(smoke).records())
+    lines = _lines(folder / "records.jsonl")
+    assert len(lines) == 2
+    (folder / "records.jsonl").write_text(lines[0][:300] + "\n" + lines[1])  # the first record, cut in half
+    runner = _run(folder, glue_dir)
+    assert "records.jsonl: line 1: not valid JSON" in capsys.readouterr().err
+    assert _stable(RecordStore(folder).records()) == before  # recomputed, equal to the original
+    assert json.loads((folder / REJECTED).read_text())["text"] == lines[0][:300]
+    assert runner.store.rejected and runner.store.rejected[0].line == 1
+
+
+def test_an_append_waiting_for_the_lock_follows_a_replaced_file(tmp_path, monkeypatch):
+    """A repair replaces records.jsonl (rename) while another process waits for the lock on the old file: its
+    line must land in the new file, not in the unlinked old one."""
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"cell": "a"}) + "\n")
+    real = store_mod.file_lock
+    replaced = []
+
+    @contextmanager
+    def racing(fd, shared=False):
+        if not replaced:  # the repair happens while this appender waits for the lock
+            replaced.append(True)
+            (tmp_path / "new").write_text(json.dumps({"cell": "a"}) + "\n")
+            os.replace(tmp_path / "new", path)
+        with real(fd, shared):
+            yield
+
+    monkeypatch.setattr(store_mod, "file_lock", racing)
+    append_jsonl(path, {"cell": "b"})
+    assert [json.loads(l)["cell"] for l in path.read_text().splitlines()] == ["a", "b"]
+
+
+# --------------------------------------------------------------------------- 4. options checked before training
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--seeds", "-1"], "every seed must be an integer in [0, 2147483647]"),
+    (["--seeds", "1,-2"], "got -2"),
+    (["--seeds", "1,1"], "seed(s) 1 given more than once"),
+    (["--seeds", ","], "no seed given"),
+    (["--methods", "michel", "--option", "michel.step_fraction=0"], "michel: option step_fraction must be in (0, 1]"),
+    (["--methods", "voita", "--option", "voita.gamma=0.5"], "voita: option gamma must be < 0, got 0.5"),
+    (["--methods", "dsp", "--option", "dsp.tau0=0"], "dsp: option tau0 must be > 0"),
+    (["--methods", "redundancy", "--option", "redundancy.seq_length=2"], "option seq_length must be >= 3"),
+    (["--methods", "auber", "--option", "auber.dqn_batch_size=10", "--option", "auber.replay_capacity=5"],
+     "dqn_batch_size (10) must not exceed replay_capacity (5)"),
+    (["--methods", "confidence", "--option", "confidence.batch_size=0"], "option batch_size must be >= 1"),
+    (["--methods", "random", "--match-per-layer"], "--match-per-layer matches a budget setter's per-layer counts"),
+])
+def test_bad_seeds_and_option_ranges_are_refused_before_any_training(glue_dir, tmp_path, extra, message):
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--out", str(tmp_path / "o"),
+                                    "--data-dir", str(glue_dir), *extra])
+    assert res.exit_code != 0 and message in res.output, res.output
+    assert any(name in res.output for name in ("--seeds", "option", "--match-per-layer"))
+    assert not (tmp_path / "o").exists()  # refused before the folder, the base fine-tune or runs.jsonl
+
+
+@pytest.mark.parametrize("name", sorted(methods.available_methods()))
+def test_every_registered_method_declares_and_enforces_its_option_ranges(name):
+    check_option_constraints(name)
+
+
+def test_conformance_catches_an_option_without_a_declared_range():
+    @register
+    class Unchecked(HeadPruner):
+        name = "test-unchecked-option"
+        summary = "an int option with no declared range (test only)"
+        defaults = {"passes": 3}
+
+        def prune(self, model, context):  # pragma: no cover
+            return PruningResult(mask=torch.ones(context.num_layers, context.num_heads))
+
+    with pytest.raises(AssertionError, match="option 'passes' .*has no declared constraint"):
+        check_option_constraints("test-unchecked-option")
+    Unchecked.constraints = {"passes": Interval(1, None)}
+    check_option_constraints("test-unchecked-option")
+    with pytest.raises(OptionError, match=r"test-unchecked-option: option passes must be >= 1, got 0"):
+        Unchecked(passes=0)
+
+
+def test_interval_membership_and_wording():
+    assert 0 in Interval(0, 1) and 1 in Interval(0, 1) and 0 not in Interval(0, 1, closed="right")
+    assert 1 not in Interval(0, 1, closed="left") and float("nan") not in Interval() and True not in Interval()
+    assert str(Interval(0, 1, closed="right")) == "in (0, 1]" and str(Interval(None, 0, closed="neither")) == "< 0"
+    assert str(Interval(1, None)) == ">= 1"
+
+
+# --------------------------------------------------------------------------- 6. averages and baselines
+
+
+def test_cross_task_average_leaves_out_base_failed_pairs(tmp_path):
+    failed = {("cola", s, "original") for s in (0, 1, 2)} | {("rte", 1, "original")}
+    records = make_records(tasks=("mrpc", "cola", "rte"), seeds=(0, 1, 2),
+                           methods={"original": ["none"], "michel": ["fraction:0.5"]}, degenerate=failed)
+    out = build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=300,
+                       n_boot_examples=50)
+    summ = pd.read_csv(out / "summary.csv").set_index("method")
+
+    def mean(task, method, seeds):
+        return 100 * np.mean([r["score"] for r in records if r["task"] == task and r["method"] == method
+                              and r["seed"] in seeds])
+
+    for method in ("original", "michel"):
+        assert np.isnan(summ.loc[method, "cola"])  # every CoLA base failed: no number, not a 0.00
+        assert summ.loc[method, "rte"] == pytest.approx(mean("rte", method, (0, 2)))
+        assert summ.loc[method, "mean_excl_wnli"] == pytest.approx(
+            (mean("mrpc", method, (0, 1, 2)) + mean("rte", method, (0, 2))) / 2)
+        assert summ.loc[method, "tasks"] == 2
+    diffs = [100 * (a["score"] - b["score"]) for a in records for b in records
+             if a["method"] == "michel" and b["method"] == "original" and a["task"] == b["task"] == "rte"
+             and a["seed"] == b["seed"] != 1]
+    assert summ.loc["michel", "rte_diff_vs_original"] == pytest.approx(np.mean(diffs))
+    md = (out / "report.md").read_text()
+    summary = md[md.index("## Cross-task summary"):md.index("## All comparisons")]
+    assert "— (base failed)" in summary
+    assert "CoLA: base model failed on 3 of 3 seed(s) (0, 1, 2), left out of every number of this table; no seed " \
+           "is left, so the task is not averaged" in summary
+    assert "RTE: base model failed on 1 of 3 seed(s) (1)" in summary
+
+
+def test_majority_baseline_cannot_point_the_wrong_way_on_a_subsample(glue_dir):
+    """The issue's smoke WNLI: the 64-example train sample's majority is class 1 (37 of 64) while the 64-example
+    dev sample's is class 0 (36 of 64); the baseline is the dev majority's 56.25, not 43.75."""
+    preset = get_preset("smoke")
+    raw = tasks.load_task("wnli", glue_dir)
+    train = raw["train"].shuffle(seed=12345).select(range(preset.max_train_examples))
+    dev = raw["validation"].select(range(preset.max_dev_examples))
+    baseline = tasks.majority_baseline("wnli", train["label"], dev["label"])
+    assert baseline == {"majority_label": 0, "train_majority_label": 1, "accuracy": 36 / 64}
+
+
+def test_majority_baseline_is_the_best_constant_prediction():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 40))
+        gold = rng.integers(0, 2, n)
+        train = rng.integers(0, 2, int(rng.integers(1, 40)))
+        base = tasks.majority_baseline("rte", train, gold)
+        best = max(np.mean(gold == c) for c in (0, 1))
+        assert base["accuracy"] == pytest.approx(best)
+        assert tasks.majority_baseline("cola", train, gold)["matthews_correlation"] == 0.0
+    assert tasks.majority_baseline("rte", [1, 1, 1], [0, 1, 1, 0])["majority_label"] == 0  # tie: smaller id
+
+
+def test_off_budget_rows_are_flagged_in_every_table(tmp_path):
+    records = make_records(tasks=("mrpc",), seeds=(0, 1, 2), methods={"original": ["none"],
+                                                                     "voita": ["fraction:0.25"],
+                                                                     "random": ["fraction:0.25"]})
+    for r in records:  # voita reached 0 heads on two seeds while asked for 2 (smoke: gates that cannot close)
+        if r["method"] == "voita" and r["seed"] in (0, 1):
+            r["heads_pruned"] = r["budget"]["achieved"] = 0
+            r["mask"] = [[1] * 4, [1] * 4]
+    out = build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=200,
+                       n_boot_examples=50)
+    md = (out / "report.md").read_text()
+    voita = next(l for l in md.splitlines() if l.startswith("| voita "))
+    random_row = next(l for l in md.splitlines() if l.startswith("| random "))
+    assert "0.7/8 ⚠ target 2, missed on 2/3 seeds" in voita and "⚠" not in random_row
+    scores = pd.read_csv(out / "scores.csv").set_index("method")
+    assert scores.loc["voita", "off_budget"] == 2 and scores.loc["random", "off_budget"] == 0
+    table = summarize(records)
+    assert table.set_index("method").loc["voita", "off_budget"] == 2
+    assert "⚠ off budget on 2/3 seeds" in markdown(table)
+
+
+# --------------------------------------------------------------------------- 7. quiet fallbacks and OS errors
+
+
+def test_an_empty_glue_dir_or_data_dir_is_refused(monkeypatch, glue_dir, tmp_path):
+    monkeypatch.setenv("GLUE_DIR", "")
+    with pytest.raises(tasks.DataError, match="GLUE_DIR is set but empty"):
+        tasks.resolve_data_dir()
+    with pytest.raises(tasks.DataError, match="--data-dir is empty"):
+        tasks.resolve_data_dir("  ")
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+                                    "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0 and "GLUE_DIR is set but empty" in res.output
+    assert not (tmp_path / "o").exists()
+    monkeypatch.delenv("GLUE_DIR")
+    assert tasks.describe_data_source(None).startswith("the Hugging Face hub")
+    assert tasks.describe_data_source(str(glue_dir)) == f"{glue_dir} (--data-dir)"
+    monkeypatch.setenv("GLUE_DIR", str(glue_dir))
+    assert tasks.describe_data_source(None) == f"{glue_dir} ($GLUE_DIR)"
+    # the first line a run prints says where the tasks come from (here it then stops on a bad --model)
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+                                    "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")])
+    assert res.output.splitlines()[0] == f"bench run: tasks wnli from {glue_dir} ($GLUE_DIR)"
+
+
+def test_an_unwritable_base_folder_gives_one_line_and_a_consistent_folder(glue_dir, tmp_path):
+    out = tmp_path / "run"
+    args = ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random", "--out", str(out),
+            "--data-dir", str(glue_dir), "--no-progress", "--no-report"]
+    Runner(_config(out, glue_dir)).close()
+    (out / "base").write_text("a file where the base models' folder should be")  # as root, chmod would not stop us
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    error = [l for l in res.output.splitlines() if l.startswith("Error:")]
+    assert len(error) == 1 and "Traceback" not in res.output
+    assert f"{out / 'base' / 'wnli-seed0'}: cannot save the fine-tuned base model" in error[0]
+    assert "every finished cell is kept" in error[0] and "rerun the same command" in error[0]
+    assert "cannot save the fine-tuned base model" in (out / "run.log").read_text()
+    assert not (out / "records.jsonl").exists() or (out / "records.jsonl").read_text() == ""
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp")) == []
+    (out / "base").unlink()  # fixed: the rerun resumes
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert len(RecordStore(out).records()) == 2
+
+
+def test_processes_sharing_a_new_folder_agree_on_one_config_hash(glue_dir, tmp_path):
+    # one after the other: the second task joins the folder without changing its hash
+    seq = tmp_path / "seq"
+    first = Runner(_config(seq, glue_dir, tasks_spec="wnli"))
+    first.close()
+    second = Runner(_config(seq, glue_dir, tasks_spec="rte"))
+    second.close()
+    assert first.config_hash == second.config_hash == json.loads((seq / "run.json").read_text())["config_hash"]
+    # started together (threads stand in for processes: flock locks per open file, not per process)
+    together = tmp_path / "together"
+    runners: dict[str, Runner] = {}
+    errors: list[BaseException] = []
+
+    def start(task):
+        try:
+            runners[task] = Runner(_config(together, glue_dir, tasks_spec=task))
+            runners[task].close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(t,)) for t in ("wnli", "rte", "mrpc")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    stored = json.loads((together / "run.json").read_text())
+    assert {r.config_hash for r in runners.values()} == {stored["config_hash"]} == {first.config_hash}
+    assert {f.split("/")[0] for f in stored["experiment"]["data_hashes"]} == {"wnli", "rte", "mrpc"}
+
+
+def test_the_cached_base_folder_is_a_complete_hugging_face_folder(smoke):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = smoke / "base" / "wnli-seed0"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    batch = tokenizer(["a premise", "a hypothesis"], return_tensors="pt", padding=True)
+    assert model(**batch).logits.shape == (2, 2)
+    assert tokenizer("The cat sat.")["input_ids"] == AutoTokenizer.from_pretrained(
+        tasks_model_path())("The cat sat.")["input_ids"]
+
+
+def tasks_model_path() -> str:
+    from benchmark.models import resolve_model
+
+    return resolve_model("minilm-l6")
+
+
+def test_save_pruned_writes_the_tokenizer_too(tmp_path):
+    from transformers import AutoTokenizer
+
+    from methods.heads import load_pruned, remove_heads, save_pruned
+
+    tokenizer = AutoTokenizer.from_pretrained(tasks_model_path())
+    model = make_tiny()
+    remove_heads(model, torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]))
+    save_pruned(model, tmp_path, tokenizer=tokenizer)
+    assert AutoTokenizer.from_pretrained(tmp_path)("hello")["input_ids"] == tokenizer("hello")["input_ids"]
+    assert load_pruned(tmp_path) is not None
+
+
+def make_tiny():
+    from methods.conformance import tiny_model
+
+    return tiny_model(num_hidden_layers=2)
+
+
+def test_bench_report_into_an_unwritable_folder_is_one_line(tmp_path):
+    run = write_run(tmp_path / "run", make_records(tasks=("mrpc",), seeds=(0, 1)))
+    (tmp_path / "blocked").write_text("a file where the report folder should be")
+    res = CliRunner().invoke(main, ["report", str(run), "--out", str(tmp_path / "blocked" / "report"), "--no-plots"])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit) and "Traceback" not in res.output
+    assert str(tmp_path / "blocked") in res.output
