@@ -11,6 +11,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from methods.base import model_inputs
+
 
 @contextlib.contextmanager
 def eager_attention(model: nn.Module) -> Iterator[nn.Module]:
@@ -45,9 +47,8 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
         float tensor ``[L, B, H, T, T]``: ``A[l, b, h, q, k]`` = weight of key ``k`` for query ``q``. Rows of
         padded queries are whatever the model computes (callers mask them); padded keys have weight 0.
     """
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
     with eager_attention(model):
-        out = model(**inputs, output_attentions=True)
+        out = model(**model_inputs(batch), output_attentions=True)
     if not out.attentions:
         raise ValueError(f"{type(model).__name__} returned no attention weights")
     return torch.stack(out.attentions)

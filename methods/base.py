@@ -20,7 +20,7 @@ import contextlib
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 from torch import nn
@@ -95,6 +95,7 @@ class PruningContext:
 
     @property
     def total_heads(self) -> int:
+        """``num_layers * num_heads``, the number of heads of the unpruned model."""
         return self.num_layers * self.num_heads
 
     def generator(self, salt: int = 0) -> torch.Generator:
@@ -125,6 +126,7 @@ class PruningResult:
 
     @property
     def heads_pruned(self) -> int:
+        """Number of zeros in ``mask``."""
         return int((self.mask == 0).sum().item())
 
 
@@ -150,6 +152,17 @@ class HeadPruner(abc.ABC):
     * ``choices`` -- older spelling of tuple constraints (``{option: allowed values}``); still honoured.
     * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
       out; name them explicitly).
+    * ``report_order`` -- where the reports list the method among the others (ascending; the built-ins use
+      10, 20, ... 70, leaving room in between); ``None`` (the default): after the ordered methods.
+    * ``report_color`` -- the method's colour in the report's plots, a ``"#RRGGBB"`` string (the built-ins: grey
+      for random, the Okabe-Ito colour-blind-safe palette for the others); ``None`` (the default): the report
+      picks one. An ablation (``ablation_of`` set) leaves both ``None``, also when it subclasses the method it
+      ablates: the report places and colours it from its ``ablation_of`` method.
+    * ``conformance_options`` -- ``{option: value}``: small settings under which the conformance check
+      (:func:`methods.conformance.check_pruner`, run by the test suite over every registered method) finishes in a
+      few seconds on the check's tiny model (3 layers x 4 heads, 48 training examples), e.g. AUBER's
+      ``{"episodes": 2, "final_finetune": False, "layer_finetune_epochs": 1.0}``. Empty when the defaults are
+      already fast there. Each must be a valid option (the constructor checks them).
 
     Raises:
         OptionError: on an unknown option, a value whose type does not match the default's, a value outside its
@@ -166,6 +179,9 @@ class HeadPruner(abc.ABC):
     ablation_of: ClassVar[str | None] = None
     choices: ClassVar[dict[str, tuple]] = {}
     constraints: ClassVar[dict[str, Interval | tuple]] = {}
+    report_order: ClassVar[int | None] = None
+    report_color: ClassVar[str | None] = None
+    conformance_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.defaults))

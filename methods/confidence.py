@@ -60,10 +60,12 @@ class ConfidencePruner(HeadPruner):
     Returns a result whose ``scores`` are the ``[L, H]`` confidences (in [0, 1]).
 
     Raises:
-        ValueError: unknown ``exclude_keys``/``split``, or no target.
+        OptionError: an option outside its declared constraint (at construction).
+        ValueError: no target (in :meth:`prune`).
     """
 
     name = "confidence"
+    report_order, report_color = 20, "#E69F00"
     constraints = {"exclude_keys": EXCLUDE_CHOICES, "split": ("mini_train", "mini_dev", "train"),
                    "max_examples": Interval(0, None), "batch_size": Interval(1, None),
                    "min_heads_per_layer": Interval(0, None)}
@@ -72,6 +74,12 @@ class ConfidencePruner(HeadPruner):
                 "min_heads_per_layer": 0}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Average each head's confidence (:func:`head_confidence`) over the split's non-padding queries, in eval
+        mode, and prune the ``target_heads`` lowest (:func:`methods.base.lowest_k_mask`).
+
+        Raises:
+            ValueError: no target; ``exclude_keys`` needs ``tokenizer_info["sep_token_id"]``; the split gave no token.
+        """
         opts = self.options
         if context.target_heads is None:
             raise ValueError("method 'confidence' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")

@@ -23,10 +23,13 @@ no network), runs the method twice with the same seed and checks the contract:
   (:func:`check_option_constraints`).
 
 Raises ``AssertionError`` with a message naming the broken rule.
+
+The test suite also runs :func:`check_pruner` over every registered method (built-ins, ablations, entry points) with
+the class's ``conformance_options`` (small settings, see :class:`~methods.base.HeadPruner`), so a registered method
+is checked even without a test of its own.
 """
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, Iterator
 
@@ -34,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult
+from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, model_inputs
 from methods.heads import apply_head_mask
 from methods.options import Interval, OptionError
 from methods.registry import available_methods, get_method_class
@@ -81,11 +84,10 @@ def collate(examples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 def masked_logits(model: nn.Module, batch: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
     """``[B, num_labels]`` logits of ``model`` on ``batch`` with an optional ``[L, H]`` head mask."""
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
     if mask is None:
-        return model(**inputs).logits
+        return model(**model_inputs(batch)).logits
     with apply_head_mask(model, mask):
-        return model(**inputs).logits
+        return model(**model_inputs(batch)).logits
 
 
 def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None = 3,

@@ -44,26 +44,25 @@ Choices [documented defaults]:
 * ``epochs`` = 1: pipelined DSP learns ``w`` for one additional epoch (paper §4.3 as quoted; README 1 epoch); the
   README's joint command uses 3 epochs from the *pre-trained* model; from our fine-tuned base, 1 is the default
   for every variant. ``max_steps`` caps a run for CPU sizing.
-* Optimiser: AdamW (betas 0.9/0.999, eps 1e-8), ``w`` in its own group; model lr 2e-5 when it trains; no weight
-  decay (the official groups set none); linear decay to 0 of every group without warm-up and gradient-norm
-  clipping at 1.0 over every trained parameter (the HF Trainer the official code runs on). Train mode (dropout on).
+* Optimiser (the loop shared with Voita, :mod:`methods.gates`): AdamW (betas 0.9/0.999, eps 1e-8), ``w`` in its
+  own group; model lr 2e-5 when it trains; no weight decay (the official groups set none); linear decay to 0 of
+  every group without warm-up and gradient-norm clipping at 1.0 over every trained parameter (the HF Trainer the
+  official code runs on). Train mode (dropout on).
 
 Every random draw (``w`` init, Gumbel noise, data order, dropout) derives from ``context.seed``; the caller's global
 RNG state is restored afterwards.
 """
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult, model_inputs, seeded_torch_rng
-from methods.heads import apply_head_mask
+from methods.base import HeadPruner, PruningContext, PruningResult
+from methods.gates import GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
 from methods.options import Interval
 from methods.registry import register
 
@@ -126,11 +125,13 @@ class StraightThroughTopK(torch.autograd.Function):
     """Forward: :func:`hard_top_k`; backward: the identity (official ``STEFunction``)."""
 
     @staticmethod
-    def forward(ctx, w: torch.Tensor, k: int) -> torch.Tensor:  # noqa: D401
+    def forward(ctx, w: torch.Tensor, k: int) -> torch.Tensor:
+        """:func:`hard_top_k` of ``w`` in ``w``'s dtype (shape of ``w``)."""
         return hard_top_k(w, k).to(w.dtype)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
+        """The identity to ``w`` (no gradient for ``k``)."""
         return grad_output, None
 
 
@@ -165,10 +166,13 @@ class DSPPruner(HeadPruner):
     Returns ``scores`` = trained ``w`` ``[L, H]`` (float32; higher = keep); ``retrained`` for joint and ste.
 
     Raises:
-        ValueError: bad options or no target.
+        OptionError: an option outside its declared constraint (at construction).
+        ValueError: no target (in :meth:`prune`).
     """
 
     name = "dsp"
+    report_order, report_color = 50, "#0072B2"
+    conformance_options = {"max_steps": 4, "batch_size": 16, "cooldown_steps": 3}
     constraints = {"variant": VARIANTS, "tau0": Interval(0, None, closed="neither"),
                    "tau_end": Interval(0, None, closed="neither"), "cooldown_steps": Interval(0, None),
                    "w_lr": Interval(0, None, closed="neither"), "lr": Interval(0, None),
@@ -183,6 +187,13 @@ class DSPPruner(HeadPruner):
     needs_target = True
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Learn ``w`` with the shared loop (:func:`methods.gates.run_gate_training`) through the variant's mask
+        (:class:`SubsetMask`), then keep the hard top-K of ``w`` (module docstring).
+
+        Raises:
+            ValueError: no target, a target outside ``[0, L*H]``, or an empty ``mini_train``.
+            FloatingPointError: ``w`` became non-finite.
+        """
         opts = self.options
         variant = opts["variant"]
         if context.target_heads is None:
@@ -196,21 +207,49 @@ class DSPPruner(HeadPruner):
         if keep in (0, total):
             mask = torch.full((num_layers, num_heads), 1.0 if keep == total else 0.0)
             return PruningResult(mask=mask, trace={**trace, "note": "trivial budget; no training"})
+        _, total_steps = plan_steps(context, opts["batch_size"], opts["epochs"], opts["max_steps"], "dsp")
+        cooldown = self.cooldown(total_steps, context, trace)
+        trains_model = variant in ("joint", "ste")
+        work = trainable_copy(model, trains_model)
+        gen = context.generator(salt=2_000)
+        bound = math.sqrt(6.0 / (num_layers + num_heads))  # xavier_uniform_ on [L, H]
+        w = (torch.rand(num_layers, num_heads, generator=gen, dtype=torch.float64) * 2 - 1) * bound
+        w = w.to(next(work.parameters()).device).requires_grad_(True)
+        sample = SubsetMask(w, keep, variant, opts, cooldown, gen)
+        curve: list[dict[str, float]] = []
+        log_every = opts["log_every"] if opts["log_every"] > 0 else max(1, total_steps // 20)
 
-        n_train = context.num_examples("mini_train")
-        if n_train == 0:
-            raise ValueError("dsp: mini_train is empty")
-        steps_per_epoch = math.ceil(n_train / opts["batch_size"])
-        total_steps = max(1, int(round(opts["epochs"] * steps_per_epoch)))
-        if opts["max_steps"] > 0:
-            total_steps = min(total_steps, opts["max_steps"])
+        def record(info: GateStep) -> bool:
+            if info.step % log_every == 0 or info.step == total_steps:
+                curve.append({"step": info.step, "loss": round(info.loss.item(), 6), "tau": sample.rounded_tau()})
+            return False
+
+        recipe = GateRecipe(batch_size=opts["batch_size"], total_steps=total_steps, gate_lr=opts["w_lr"],
+                            lr=opts["lr"], weight_decay=0.0, max_grad_norm=opts["max_grad_norm"],
+                            linear_decay=opts["linear_decay"], torch_seed=int(context.seed) * 7_919 + 23)
+        run = run_gate_training(work, context, w, recipe, sample, on_step=record)
+        if not torch.isfinite(w).all():
+            raise FloatingPointError("dsp: the head logits w became non-finite during training")
+        final = hard_top_k(w.detach().cpu(), keep).float()
+        trace.update({"steps": run.steps, "final_tau": sample.rounded_tau(), "curve": curve,
+                      "w": [[round(float(v), 6) for v in row] for row in w.detach().cpu()]})
+        context.log(f"dsp ({variant}): {run.steps} steps, kept {keep} heads")
+        return PruningResult(mask=final, scores=w.detach().cpu().float(), retrained=trains_model,
+                             model=work if trains_model else None, trace=trace)
+
+    def cooldown(self, total_steps: int, context: PruningContext, trace: dict[str, Any]) -> int:
+        """N_cool of the temperature schedule (module docstring, "Choices"): ``cooldown_steps`` capped at
+        ``total_steps - 1`` when annealing, with a ``UserWarning`` (also logged and put in ``trace["warning"]``)
+        when the request exceeds the run. Adds ``total_steps`` and the temperature settings to ``trace``."""
+        opts = self.options
+        variant = opts["variant"]
         cooldown = opts["cooldown_steps"]
         if variant != "ste" and opts["annealing"]:
             cooldown = min(opts["cooldown_steps"], max(1, total_steps - 1))
             if opts["cooldown_steps"] > total_steps:
                 message = (f"dsp: cooldown_steps={opts['cooldown_steps']} exceeds the {total_steps} training steps; "
                            f"annealing over {cooldown} steps instead so that tau reaches tau_end={opts['tau_end']:g}")
-                warnings.warn(message, UserWarning, stacklevel=2)
+                warnings.warn(message, UserWarning, stacklevel=3)  # attributed to prune()'s caller, as before
                 context.log(message)
                 trace["warning"] = message
         trace["total_steps"] = total_steps
@@ -218,68 +257,32 @@ class DSPPruner(HeadPruner):
             trace.update({"tau0": opts["tau0"], "tau_end": opts["tau_end"], "annealing": opts["annealing"],
                           "cooldown_requested": opts["cooldown_steps"], "cooldown_used": cooldown,
                           "cooldown_capped": cooldown != opts["cooldown_steps"]})
+        return cooldown
 
-        work = copy.deepcopy(model)
-        device = next(work.parameters()).device
-        trains_model = variant in ("joint", "ste")
-        if not trains_model:
-            for p in work.parameters():
-                p.requires_grad_(False)
-        gen = context.generator(salt=2_000)
-        bound = math.sqrt(6.0 / (num_layers + num_heads))  # xavier_uniform_ on [L, H]
-        w = ((torch.rand(num_layers, num_heads, generator=gen, dtype=torch.float64) * 2 - 1) * bound).to(device)
-        w.requires_grad_(True)
-        model_params = [p for p in work.parameters() if p.requires_grad]
-        groups = [{"params": [w], "lr": opts["w_lr"], "weight_decay": 0.0}]
-        if model_params:
-            groups.append({"params": model_params, "lr": opts["lr"], "weight_decay": 0.0})
-        optimizer = torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
-        decay = (lambda s: max(0.0, 1.0 - s / total_steps)) if opts["linear_decay"] else (lambda s: 1.0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
-        log_every = opts["log_every"] if opts["log_every"] > 0 else max(1, total_steps // 20)
 
-        curve: list[dict[str, float]] = []
-        step = epoch = 0
-        tau = opts["tau_end"]
-        handle = apply_head_mask(work, torch.ones(num_layers, num_heads, device=device))
-        try:
-            with seeded_torch_rng(int(context.seed) * 7_919 + 23, device):
-                work.train()
-                while step < total_steps:
-                    for batch in context.batches("mini_train", batch_size=opts["batch_size"], shuffle=True,
-                                                 seed=int(context.seed) * 1_000 + epoch):
-                        if variant == "ste":
-                            mask = ste_top_k(w, keep)
-                        else:
-                            tau = temperature(step, opts["tau0"], opts["tau_end"], cooldown, opts["annealing"])
-                            mask = gumbel_soft_top_k(w, keep, tau, gen)
-                        handle.set_mask(mask)
-                        inputs = model_inputs(batch)
-                        loss = F.cross_entropy(work(**inputs).logits.float(), batch["labels"])
-                        optimizer.zero_grad(set_to_none=True)
-                        loss.backward()
-                        context.count_backward(int(batch["labels"].shape[0]))
-                        if opts["max_grad_norm"] > 0:
-                            torch.nn.utils.clip_grad_norm_([w, *model_params], opts["max_grad_norm"])
-                        optimizer.step()
-                        scheduler.step()
-                        step += 1
-                        if step % log_every == 0 or step == total_steps:
-                            curve.append({"step": step, "loss": round(loss.item(), 6),
-                                          "tau": None if variant == "ste" else float(f"{tau:.6g}")})
-                        if step >= total_steps:
-                            break
-                    epoch += 1
-        finally:
-            handle.remove()
-        if not torch.isfinite(w).all():
-            raise FloatingPointError("dsp: the head logits w became non-finite during training")
-        final = hard_top_k(w.detach().cpu(), keep).float()
-        for p in work.parameters():
-            p.requires_grad_(True)
-        work.eval()
-        trace.update({"steps": step, "final_tau": None if variant == "ste" else float(f"{tau:.6g}"), "curve": curve,
-                      "w": [[round(float(v), 6) for v in row] for row in w.detach().cpu()]})
-        context.log(f"dsp ({variant}): {step} steps, kept {keep} heads")
-        return PruningResult(mask=final, scores=w.detach().cpu().float(), retrained=trains_model,
-                             model=work if trains_model else None, trace=trace)
+class SubsetMask:
+    """The ``sample_mask`` of a DSP run (:func:`methods.gates.run_gate_training`): ``mask(t)`` is the ``[L, H]``
+    float64 mask of step ``t``: the Gumbel soft top-K of ``w`` at the annealed temperature ``tau_t``
+    (:func:`gumbel_soft_top_k`, :func:`temperature`; variants "pipelined" and "joint"), or the straight-through hard
+    top-K (:func:`ste_top_k`; variant "ste", no noise). The noise comes from ``generator``.
+
+    Attributes:
+        tau: the temperature of the last mask drawn (``tau_end`` before the first; unused by "ste").
+    """
+
+    def __init__(self, w: torch.Tensor, keep: int, variant: str, options: dict[str, Any], cooldown: int,
+                 generator: torch.Generator) -> None:
+        self.w, self.keep, self.variant, self.options, self.cooldown = w, keep, variant, options, cooldown
+        self.generator = generator
+        self.tau = options["tau_end"]
+
+    def __call__(self, step: int) -> torch.Tensor:
+        if self.variant == "ste":
+            return ste_top_k(self.w, self.keep)
+        opts = self.options
+        self.tau = temperature(step, opts["tau0"], opts["tau_end"], self.cooldown, opts["annealing"])
+        return gumbel_soft_top_k(self.w, self.keep, self.tau, self.generator)
+
+    def rounded_tau(self) -> float | None:
+        """``tau`` to 6 significant digits for the trace; ``None`` for "ste"."""
+        return None if self.variant == "ste" else float(f"{self.tau:.6g}")

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
 from methods.heads import apply_head_mask
 from methods.options import Interval
 from methods.registry import register
@@ -68,7 +68,6 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
     for p in params:
         p.requires_grad_(False)
     total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
-    last_layer = torch.zeros(num_heads, dtype=torch.float64)
     n_examples = n_tokens = 0
     try:
         for batch in batches:
@@ -81,9 +80,8 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
             shape = (bsz, num_layers, num_heads) if estimator == "example" else (bsz, seq, num_layers, num_heads)
             gates = torch.ones(shape, device=device, requires_grad=True)
             effective = gates if base_mask is None else gates * base_mask.to(device)
-            inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
             with apply_head_mask(model, effective):
-                logits = model(**inputs).logits
+                logits = model(**model_inputs(batch)).logits
             loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")  # sum of per-example L(x)
             (grad,) = torch.autograd.grad(loss, gates)
             grad = grad.abs().double().cpu()
@@ -127,10 +125,12 @@ class MichelPruner(HeadPruner):
     Returns ``scores`` = the (normalised) importance of the last pass ``[L, H]``; the trace lists the steps.
 
     Raises:
-        ValueError: bad option values or no target.
+        OptionError: an option outside its declared constraint (at construction).
+        ValueError: no target (in :meth:`prune`).
     """
 
     name = "michel"
+    report_order, report_color = 30, "#56B4E9"
     constraints = {"estimator": ESTIMATORS, "mode": MODES, "split": ("mini_train", "mini_dev", "train"),
                    "step_fraction": Interval(0, 1, closed="right"), "max_examples": Interval(0, None),
                    "batch_size": Interval(1, None), "min_heads_per_layer": Interval(0, None)}
@@ -139,6 +139,12 @@ class MichelPruner(HeadPruner):
                 "split": "mini_train", "max_examples": 0, "batch_size": 32, "min_heads_per_layer": 0}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """One-shot or iterative pruning by :func:`head_importance` (module docstring; paper §4.2, official
+        ``--exact_pruning``). The model's weights are left untouched.
+
+        Raises:
+            ValueError: no target, or the split gave no examples.
+        """
         opts = self.options
         if context.target_heads is None:
             raise ValueError("method 'michel' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")

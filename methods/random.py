@@ -32,11 +32,18 @@ class RandomPruner(HeadPruner):
     """
 
     name = "random"
+    report_order, report_color = 10, "#AAAAAA"
     summary = "uniform random heads without replacement (baseline; seeded)"
     defaults = {"min_heads_per_layer": 0, "per_layer": True}
     constraints = {"min_heads_per_layer": Interval(0, None)}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Sample the mask (class docstring): per layer when ``target_per_layer`` is given and ``per_layer``, else
+        a uniformly random order of all heads, walked while skipping heads that would break the per-layer floor.
+
+        Raises:
+            ValueError: no budget, or a target unreachable under ``min_heads_per_layer``.
+        """
         if context.target_heads is None and context.target_per_layer is None:
             raise ValueError("method 'random' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")
         gen = context.generator(salt=101)

@@ -272,10 +272,13 @@ class RedundancyPruner(HeadPruner):
     Returns ``scores`` = each head's mean distance to the other heads (higher = less redundant), ``[L, H]``.
 
     Raises:
-        ValueError: bad options, no target, no pre-trained model in the context, or ``seq_length`` too long.
+        OptionError: an option outside its declared constraint (at construction).
+        ValueError: no target, no pre-trained model in the context, or ``seq_length`` too long (in :meth:`prune`).
     """
 
     name = "redundancy"
+    report_order, report_color = 60, "#CC79A7"
+    conformance_options = {"num_sequences": 6, "seq_length": 12, "batch_size": 3, "cache": False}
     constraints = {"distance": DISTANCES, "linkage": LINKAGES, "model_source": SOURCES,
                    "num_sequences": Interval(1, None), "seq_length": Interval(3, None), "batch_size": Interval(1, None)}
     summary = ("Bian et al. 2021 (reconstruction): cluster heads by attention-map distance on random tokens of the "
@@ -287,6 +290,12 @@ class RedundancyPruner(HeadPruner):
     reconstruction = True
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Steps 1-5 of the module docstring (RECONSTRUCTION): the redundancy matrix (cached, see the module
+        docstring), clustered into ``L*H - target_heads`` clusters, one medoid kept per cluster.
+
+        Raises:
+            ValueError: no target or one outside ``[0, L*H]``; no pre-trained model; ``seq_length`` too long.
+        """
         opts = self.options
         if context.target_heads is None:
             raise ValueError("method 'redundancy' needs a budget: give --budget heads:K, fraction:F or matched:METHOD")

@@ -71,6 +71,16 @@ def available_methods() -> dict[str, type[HeadPruner]]:
     return dict(sorted(_REGISTRY.items()))
 
 
+def shipped_methods() -> dict[str, type[HeadPruner]]:
+    """The registered methods that are installed, sorted by name: those defined in the ``methods`` package and
+    those registered through the entry-point group ``headprune_bench.methods``, not classes registered on the fly
+    (e.g. by a test module), so a common test parametrized over them does not depend on which test modules were
+    imported first."""
+    _discover()
+    return {name: cls for name, cls in available_methods().items()
+            if cls.__module__.split(".")[0] == "methods" or _SOURCES.get(name, "").startswith("entry point")}
+
+
 def method_source(name: str) -> str:
     """Where a method comes from (module or entry point)."""
     _discover()

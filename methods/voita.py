@@ -48,13 +48,13 @@ Choices (shared/reference/methods.md §5), each a named option:
   ``selection="topk"`` the result always prunes exactly K heads. Without a target the method runs once at
   ``l0_lambda`` and decides the count itself (it can then set a matched budget).
 
-Training [INFERRED where the sources are silent]: a deep copy of the base model, in train mode (dropout on, as in
-the official Trainer), on ``mini_train`` batches (shuffled, seeded); AdamW (betas 0.9/0.999, eps 1e-8) with the
-gates in their own group at ``gate_lr`` (0.1, the DSP port's ``--pruning_lr``) and, when joint, the model at ``lr``
-(2e-5); linear decay of both learning rates to 0 without warm-up (the HF Trainer default the port relies on);
-gradient-norm clipping at 1.0 over every trained parameter, gates included (HF Trainer). ``log_a`` starts
-xavier-uniform as in the port (``U(+-sqrt(6 / (H + 1)))`` for its ``[1, H, 1, 1]`` tensor, so gates start about
-half open). Early stopping (Voita trains to convergence, stopped by hand): every ``1/evals_per_epoch`` epoch the
+Training [INFERRED where the sources are silent; the loop is shared with DSP, :mod:`methods.gates`]: a deep copy
+of the base model, in train mode (dropout on, as in the official Trainer), on ``mini_train`` batches (shuffled,
+seeded); AdamW (betas 0.9/0.999, eps 1e-8) with the gates in their own group at ``gate_lr`` (0.1, the DSP port's
+``--pruning_lr``) and, when joint, the model at ``lr`` (2e-5); linear decay of both learning rates to 0 without
+warm-up (the HF Trainer default the port relies on); gradient-norm clipping at 1.0 over every trained parameter,
+gates included (HF Trainer). ``log_a`` starts xavier-uniform as in the port (``U(+-sqrt(6 / (H + 1)))`` for its
+``[1, H, 1, 1]`` tensor, so gates start about half open). Early stopping (Voita trains to convergence, stopped by hand): every ``1/evals_per_epoch`` epoch the
 regularised objective (mean cross-entropy on ``mini_dev`` with deterministic gates + lambda * R) is computed; the
 best state is kept and training stops after ``patience`` evaluations without improvement. The objective, rather
 than accuracy, is the criterion because accuracy alone would always prefer the least pruned state.
@@ -70,7 +70,6 @@ of the caller is restored afterwards.
 """
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from typing import Any
@@ -79,8 +78,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs, seeded_torch_rng
-from methods.heads import apply_head_mask
+from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
+from methods.gates import EarlyStopping, GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
+from methods.heads import HeadMask
 from methods.options import Interval
 from methods.registry import register
 
@@ -219,9 +219,48 @@ def select_heads(log_a: torch.Tensor, selection: str, target: int | None = None,
 # --------------------------------------------------------------------------------------------- training
 
 
+@torch.no_grad()
+def dev_objective(work: nn.Module, context: PruningContext, heads: HeadMask, log_a: torch.Tensor, lam: float,
+                  options: dict[str, Any]) -> dict[str, float]:
+    """The early-stopping criterion (module docstring, "Training" [INFERRED]): the regularised objective on
+    ``mini_dev`` with the deterministic gates, ``mean cross-entropy + lam * R``.
+
+    Args:
+        work: the model under training; in eval mode (no dropout) for the pass, back in train mode afterwards.
+        context: gives the ``mini_dev`` batches and ``compute_metrics``.
+        heads: ``work``'s head mask, set here to the deterministic gates (the next training step sets its own).
+        log_a: ``[L, H]`` gate parameters. lam: the L0 coefficient lambda. options: the method's options.
+
+    Returns:
+        ``{"ce": mean cross-entropy (nats per example), "objective": ce + lam * R}``, plus the primary metric when
+        the context has ``compute_metrics``.
+    """
+    opts = options
+    work.eval()
+    heads.set_mask(deterministic_gates(log_a.detach(), opts["gamma"], opts["zeta"]))
+    ce_sum, n, preds, labels = 0.0, 0, [], []
+    for batch in context.batches("mini_dev", batch_size=opts["batch_size"]):
+        logits = work(**model_inputs(batch)).logits.float()
+        ce_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
+        n += int(batch["labels"].shape[0])
+        preds.append(logits.argmax(-1).cpu())
+        labels.append(batch["labels"].cpu())
+    work.train()
+    penalty = l0_penalty(log_a, opts["beta"], opts["gamma"], opts["zeta"], opts["eps"], opts["penalty_reduction"])
+    out = {"ce": ce_sum / max(n, 1), "objective": ce_sum / max(n, 1) + lam * float(penalty)}
+    if context.compute_metrics is not None and n:
+        metrics = context.compute_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy())
+        out[context.primary_metric] = float(metrics[context.primary_metric])
+    return out
+
+
 def train_gates(model: nn.Module, context: PruningContext, options: dict[str, Any], lam: float,
                 salt: int = 0) -> dict[str, Any]:
-    """One gate-training run at penalty ``lam`` on a deep copy of ``model``.
+    """One gate-training run at penalty ``lam`` on a deep copy of ``model``: the shared loop
+    (:func:`methods.gates.run_gate_training`) with hard-concrete samples (:func:`sample_gates`), the objective
+    ``cross-entropy + lam * R`` (:func:`l0_penalty`) and, with ``early_stopping``, the best state by
+    :func:`dev_objective` (:class:`methods.gates.EarlyStopping`; its history also records ``closed``, the number of
+    deterministic gates at 0).
 
     Args:
         model: the base model (left untouched).
@@ -240,108 +279,41 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
     """
     opts = options
     num_layers, num_heads = context.num_layers, context.num_heads
-    beta, gamma, zeta, eps = opts["beta"], opts["gamma"], opts["zeta"], opts["eps"]
-    n_train = context.num_examples("mini_train")
-    if n_train == 0:
-        raise ValueError("voita: mini_train is empty")
-    work = copy.deepcopy(model)
-    device = next(work.parameters()).device
-    if not opts["joint"]:
-        for p in work.parameters():
-            p.requires_grad_(False)
+    steps_per_epoch, total = plan_steps(context, opts["batch_size"], opts["epochs"], opts["max_steps"], "voita")
+    work = trainable_copy(model, opts["joint"])
     gen = context.generator(salt=1_000 + salt)
     bound = math.sqrt(6.0 / (num_heads + 1))  # xavier_uniform_ of the port's [1, H, 1, 1] log_a
     init = (torch.rand(num_layers, num_heads, generator=gen, dtype=torch.float64) * 2 - 1) * bound
-    log_a = init.to(device=device, dtype=torch.float32).requires_grad_(True)
+    log_a = init.to(device=next(work.parameters()).device, dtype=torch.float32).requires_grad_(True)
+    recipe = GateRecipe(batch_size=opts["batch_size"], total_steps=total, gate_lr=opts["gate_lr"], lr=opts["lr"],
+                        weight_decay=opts["weight_decay"], max_grad_norm=opts["max_grad_norm"],
+                        linear_decay=opts["linear_decay"], torch_seed=int(context.seed) * 7_919 + 17 + salt,
+                        order_offset=100_000 * salt)
 
-    model_params = [p for p in work.parameters() if p.requires_grad]
-    groups = [{"params": [log_a], "lr": opts["gate_lr"], "weight_decay": 0.0}]
-    if model_params:
-        groups.append({"params": model_params, "lr": opts["lr"], "weight_decay": opts["weight_decay"]})
-    optimizer = torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
-    steps_per_epoch = math.ceil(n_train / opts["batch_size"])
-    total = max(1, int(round(opts["epochs"] * steps_per_epoch)))
-    if opts["max_steps"] > 0:
-        total = min(total, opts["max_steps"])
-    decay = (lambda step: max(0.0, 1.0 - step / total)) if opts["linear_decay"] else (lambda step: 1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
-    eval_every = max(1, steps_per_epoch // max(1, opts["evals_per_epoch"]))
+    def evaluate(info: GateStep) -> dict[str, float]:
+        closed = int((deterministic_gates(log_a.detach(), opts["gamma"], opts["zeta"]) == 0).sum())
+        return {"closed": closed, **dev_objective(work, context, info.heads, log_a, lam, opts)}
 
-    def penalty() -> torch.Tensor:
-        return l0_penalty(log_a, beta, gamma, zeta, eps, opts["penalty_reduction"])
+    stopper = EarlyStopping(work, log_a, evaluate, every=max(1, steps_per_epoch // max(1, opts["evals_per_epoch"])),
+                            total_steps=total, patience=opts["patience"], keep_model=opts["joint"])
 
-    @torch.no_grad()
-    def dev_objective(handle) -> dict[str, float]:
-        work.eval()
-        handle.set_mask(deterministic_gates(log_a.detach(), gamma, zeta))
-        ce_sum, n, preds, labels = 0.0, 0, [], []
-        for batch in context.batches("mini_dev", batch_size=opts["batch_size"]):
-            logits = work(**model_inputs(batch)).logits.float()
-            ce_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
-            n += int(batch["labels"].shape[0])
-            preds.append(logits.argmax(-1).cpu())
-            labels.append(batch["labels"].cpu())
-        work.train()
-        out = {"ce": ce_sum / max(n, 1), "objective": ce_sum / max(n, 1) + lam * float(penalty())}
-        if context.compute_metrics is not None and n:
-            metrics = context.compute_metrics(torch.cat(preds).numpy(), torch.cat(labels).numpy())
-            out[context.primary_metric] = float(metrics[context.primary_metric])
-        return out
+    def sample(step: int) -> torch.Tensor:
+        return sample_gates(log_a, gen, opts["beta"], opts["gamma"], opts["zeta"], opts["eps"])
 
-    history: list[dict[str, Any]] = []
-    best_obj, best_state, bad, stopped_early, best_step = math.inf, None, 0, False, 0
-    step = epoch = 0
-    handle = apply_head_mask(work, torch.ones(num_layers, num_heads, device=device))
-    try:
-        with seeded_torch_rng(int(context.seed) * 7_919 + 17 + salt, device):
-            work.train()
-            while step < total and not stopped_early:
-                order_seed = int(context.seed) * 1_000 + epoch + 100_000 * salt
-                for batch in context.batches("mini_train", batch_size=opts["batch_size"], shuffle=True,
-                                             seed=order_seed):
-                    gates = sample_gates(log_a, gen, beta, gamma, zeta, eps)
-                    handle.set_mask(gates)
-                    logits = work(**model_inputs(batch)).logits.float()
-                    ce = F.cross_entropy(logits, batch["labels"])
-                    loss = ce + lam * penalty() if lam else ce
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    context.count_backward(int(batch["labels"].shape[0]))
-                    if opts["max_grad_norm"] > 0:
-                        torch.nn.utils.clip_grad_norm_([log_a, *model_params], opts["max_grad_norm"])
-                    optimizer.step()
-                    scheduler.step()
-                    step += 1
-                    if opts["early_stopping"] and (step % eval_every == 0 or step == total):
-                        ev = dev_objective(handle)
-                        closed = int((deterministic_gates(log_a.detach(), gamma, zeta) == 0).sum())
-                        history.append({"step": step, "train_ce": round(ce.item(), 6), "closed": closed,
-                                        **{k: round(v, 6) for k, v in ev.items()}})
-                        if ev["objective"] < best_obj:
-                            best_obj, bad, best_step = ev["objective"], 0, step
-                            best_state = {"log_a": log_a.detach().clone(),
-                                          "model": ({k: v.detach().clone() for k, v in work.state_dict().items()}
-                                                    if opts["joint"] else None)}
-                        else:
-                            bad += 1
-                            if bad >= opts["patience"]:
-                                stopped_early = True
-                    if step >= total or stopped_early:
-                        break
-                epoch += 1
-    finally:
-        handle.remove()
-    if best_state is not None:
-        with torch.no_grad():
-            log_a.copy_(best_state["log_a"])
-        if best_state["model"] is not None:
-            work.load_state_dict(best_state["model"])
-    for p in work.parameters():
-        p.requires_grad_(True)
-    work.eval()
-    return {"log_a": log_a.detach().cpu().float(), "model": work, "steps": step, "stopped_early": stopped_early,
-            "best_objective": None if best_state is None else round(best_obj, 6), "history": history,
-            **_reach(init, opts, total, best_step if best_state is not None else step)}
+    def objective(ce: torch.Tensor) -> torch.Tensor:
+        if not lam:
+            return ce
+        return ce + lam * l0_penalty(log_a, opts["beta"], opts["gamma"], opts["zeta"], opts["eps"],
+                                     opts["penalty_reduction"])
+
+    run = run_gate_training(work, context, log_a, recipe, sample, objective,
+                            on_step=stopper if opts["early_stopping"] else None)
+    stopper.restore()
+    kept = stopper.best_step if stopper.best_state is not None else run.steps
+    return {"log_a": log_a.detach().cpu().float(), "model": work, "steps": run.steps,
+            "stopped_early": run.stopped_early,
+            "best_objective": None if stopper.best_state is None else round(stopper.best_objective, 6),
+            "history": stopper.history, **_reach(init, opts, total, kept)}
 
 
 def _reach(init: torch.Tensor, opts: dict[str, Any], planned: int, taken: int) -> dict[str, Any]:
@@ -386,10 +358,12 @@ class VoitaPruner(HeadPruner):
     deterministic gates, the achieved count and how it was reached.
 
     Raises:
-        ValueError: bad option values; "topk" without a target; a lambda search with ``l0_lambda <= 0``.
+        OptionError: an option outside its declared constraint (at construction). ValueError: see :meth:`prune`.
     """
 
     name = "voita"
+    report_order, report_color = 40, "#009E73"
+    conformance_options = {"epochs": 1.0, "batch_size": 16, "gate_lr": 2.0, "search_runs": 2}
     constraints = {"selection": SELECTIONS, "penalty_reduction": REDUCTIONS, "l0_lambda": Interval(0, None),
                    "beta": Interval(0, None, closed="neither"), "gamma": Interval(None, 0, closed="neither"),
                    "zeta": Interval(1, None, closed="neither"), "eps": Interval(0, 0.5, closed="neither"),
@@ -409,6 +383,13 @@ class VoitaPruner(HeadPruner):
     needs_target = False
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Train gates and read the mask (module docstring, "Budget"): one run at ``l0_lambda`` without a target or
+        with ``selection="topk"``, else the lambda search (:meth:`lambda_search`).
+
+        Raises:
+            ValueError: a target outside ``[0, L*H]``; "topk" without a target; a lambda search with
+                ``l0_lambda = 0``; an empty ``mini_train``.
+        """
         opts = self.options
         target = None if context.target_heads is None else int(context.target_heads)
         total = context.total_heads
@@ -423,73 +404,97 @@ class VoitaPruner(HeadPruner):
             mask = torch.ones(context.num_layers, context.num_heads) * (1.0 if target == 0 else 0.0)
             return PruningResult(mask=mask, trace={**base_trace, "achieved": target, "runs": [],
                                                    "how": f"trivial top-K ({target} of {total}); no training"})
-
-        def one_run(lam: float) -> dict[str, Any]:
-            context.log(f"voita: training gates with lambda={lam:g}")
-            res = train_gates(model, context, opts, lam, salt=0)
-            res["mask"] = select_heads(res["log_a"], selection, target, opts["gamma"], opts["zeta"])
-            res["pruned"] = int((res["mask"] == 0).sum())
-            res["lambda"] = lam
-            context.log(f"voita: lambda={lam:g} -> {res['pruned']} heads pruned after {res['steps']} steps")
-            return res
-
-        def summary(res: dict[str, Any]) -> dict[str, Any]:
-            return {"lambda": res["lambda"], "pruned": res["pruned"], "steps": res["steps"],
-                    "stopped_early": res["stopped_early"], "best_objective": res["best_objective"],
-                    "history": res["history"]}
-
         runs: list[dict[str, Any]] = []
-        search = target is not None and selection != "topk"
-        if not search:
-            best = one_run(opts["l0_lambda"])
-            runs.append(summary(best))
+        if target is None or selection == "topk":
+            best = self.one_run(model, context, target, opts["l0_lambda"], runs)
             how = ("top-K of log_a after one run at lambda" if selection == "topk"
                    else "one run at lambda (no target: the method decides the count)")
         else:
-            if opts["l0_lambda"] <= 0:
-                raise ValueError("voita: the lambda search needs l0_lambda > 0")
-            lam, lo, hi, best = opts["l0_lambda"], None, None, None
-            for _ in range(opts["search_runs"]):
-                res = one_run(lam)
-                runs.append(summary(res))
-                if best is None or abs(res["pruned"] - target) < abs(best["pruned"] - target):
-                    best = res  # keep only the best run's model in memory
-                if res["pruned"] == target:
-                    break
-                if res["pruned"] < target:
-                    lo = lam if lo is None else max(lo, lam)
-                else:
-                    hi = lam if hi is None else min(hi, lam)
-                if hi is None:
-                    lam = lam * opts["search_factor"]
-                elif lo is None:
-                    lam = lam / opts["search_factor"]
-                else:
-                    lam = math.sqrt(lo * hi)
-            reached = "exact" if best["pruned"] == target else f"nearest (off by {best['pruned'] - target:+d})"
-            how = f"lambda search over {len(runs)} run(s): {reached} at lambda={best['lambda']:g}"
+            best, how = self.lambda_search(model, context, target, runs)
         gates = deterministic_gates(best["log_a"], opts["gamma"], opts["zeta"])
-        reach = {"planned_steps": best["planned_steps"], "kept_step": best["kept_step"],
-                 "max_travel": round(best["max_travel"], 6), "travel": round(best["travel"], 6),
-                 "cutoff": round(best["cutoff"], 6), "closable_heads": best["closable"]}
-        if best["closable"] < total and selection != "topk":
-            when = (f"after {best['planned_steps']} steps" if best["kept_step"] >= best["planned_steps"] else
-                    f"at step {best['kept_step']} of {best['planned_steps']} (the best mini-dev objective, kept by "
-                    f"early stopping)")
-            message = (f"voita: {when} at gate_lr={opts['gate_lr']:g} a gate's log_a has moved at most about "
-                       f"{best['travel']:.2f}, and selection={selection} prunes at log_a <= {best['cutoff']:.2f}: "
-                       f"only {best['closable']} of {total} heads started close enough, so the initialisation, "
-                       f"not lambda, caps the count"
-                       + (f" below the target {target}" if target is not None and best["closable"] < target else "")
-                       + "; raise the option epochs or gate_lr")
-            context.log(message)
-            reach["warning"] = message
-            if target is not None and best["closable"] < target:
-                warnings.warn(message, UserWarning, stacklevel=2)
         trace = {**base_trace, "achieved": best["pruned"], "how": how, "lambda": best["lambda"], "runs": runs,
-                 **reach,
+                 **self.reach_report(best, context, target),
                  "deterministic_gates": [[round(float(v), 6) for v in row] for row in gates],
                  "log_a": [[round(float(v), 6) for v in row] for row in best["log_a"]]}
         retrained = bool(opts["joint"])
         return PruningResult(mask=best["mask"], scores=best["log_a"].clone(), retrained=retrained,
                              model=best["model"] if retrained else None, trace=trace)
+
+    def one_run(self, model: nn.Module, context: PruningContext, target: int | None, lam: float,
+                runs: list[dict[str, Any]]) -> dict[str, Any]:
+        """:func:`train_gates` at ``lam``, then the mask of :func:`select_heads`; appends the run's summary
+        (``lambda``, ``pruned``, ``steps``, ``stopped_early``, ``best_objective``, ``history``) to ``runs``.
+
+        Returns:
+            :func:`train_gates`'s dict plus ``"mask"`` (``[L, H]`` 0/1), ``"pruned"`` (int) and ``"lambda"``.
+        """
+        opts = self.options
+        context.log(f"voita: training gates with lambda={lam:g}")
+        res = train_gates(model, context, opts, lam, salt=0)
+        res["mask"] = select_heads(res["log_a"], opts["selection"], target, opts["gamma"], opts["zeta"])
+        res["pruned"] = int((res["mask"] == 0).sum())
+        res["lambda"] = lam
+        context.log(f"voita: lambda={lam:g} -> {res['pruned']} heads pruned after {res['steps']} steps")
+        runs.append({key: res[key] for key in ("lambda", "pruned", "steps", "stopped_early", "best_objective",
+                                               "history")})
+        return res
+
+    def lambda_search(self, model: nn.Module, context: PruningContext, target: int,
+                      runs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+        """The lambda search for ``target`` pruned heads (module docstring, "Budget"): multiply or divide lambda by
+        ``search_factor`` until the count brackets the target, then bisect geometrically; at most ``search_runs``
+        runs, stopping at an exact hit. Appends every run's summary to ``runs``.
+
+        Returns:
+            (the run nearest to the target, the earliest on ties; a sentence saying how it was reached).
+
+        Raises:
+            ValueError: ``l0_lambda`` is 0 (a multiplicative search cannot leave 0).
+        """
+        opts = self.options
+        if opts["l0_lambda"] <= 0:
+            raise ValueError("voita: the lambda search needs l0_lambda > 0")
+        lam, lo, hi, best = opts["l0_lambda"], None, None, None
+        for _ in range(opts["search_runs"]):
+            res = self.one_run(model, context, target, lam, runs)
+            if best is None or abs(res["pruned"] - target) < abs(best["pruned"] - target):
+                best = res  # keep only the best run's model in memory
+            if res["pruned"] == target:
+                break
+            if res["pruned"] < target:
+                lo = lam if lo is None else max(lo, lam)
+            else:
+                hi = lam if hi is None else min(hi, lam)
+            if hi is None:
+                lam = lam * opts["search_factor"]
+            elif lo is None:
+                lam = lam / opts["search_factor"]
+            else:
+                lam = math.sqrt(lo * hi)
+        reached = "exact" if best["pruned"] == target else f"nearest (off by {best['pruned'] - target:+d})"
+        return best, f"lambda search over {len(runs)} run(s): {reached} at lambda={best['lambda']:g}"
+
+    def reach_report(self, best: dict[str, Any], context: PruningContext, target: int | None) -> dict[str, Any]:
+        """The kept run's step-budget diagnostic (module docstring, "Step budget" [OURS]): ``planned_steps``,
+        ``kept_step``, ``max_travel``, ``travel``, ``cutoff`` (``log_a`` units) and ``closable_heads``; ``warning``
+        (logged; a ``UserWarning`` when below ``target``) when not all heads could reach the cutoff (not topk)."""
+        opts, total, selection = self.options, context.total_heads, self.options["selection"]
+        reach = {"planned_steps": best["planned_steps"], "kept_step": best["kept_step"],
+                 "max_travel": round(best["max_travel"], 6), "travel": round(best["travel"], 6),
+                 "cutoff": round(best["cutoff"], 6), "closable_heads": best["closable"]}
+        if best["closable"] >= total or selection == "topk":
+            return reach
+        when = (f"after {best['planned_steps']} steps" if best["kept_step"] >= best["planned_steps"] else
+                f"at step {best['kept_step']} of {best['planned_steps']} (the best mini-dev objective, kept by "
+                f"early stopping)")
+        message = (f"voita: {when} at gate_lr={opts['gate_lr']:g} a gate's log_a has moved at most about "
+                   f"{best['travel']:.2f}, and selection={selection} prunes at log_a <= {best['cutoff']:.2f}: "
+                   f"only {best['closable']} of {total} heads started close enough, so the initialisation, "
+                   f"not lambda, caps the count"
+                   + (f" below the target {target}" if target is not None and best["closable"] < target else "")
+                   + "; raise the option epochs or gate_lr")
+        context.log(message)
+        reach["warning"] = message
+        if target is not None and best["closable"] < target:
+            warnings.warn(message, UserWarning, stacklevel=3)  # attributed to prune()'s caller, as before
+        return reach

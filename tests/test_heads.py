@@ -1,4 +1,4 @@
-"""Tests for methods/heads.py: masking == zeroed values == physical removal (protocol.md §9).
+"""Tests for methods.heads (the package methods/heads/): masking == zeroed values == physical removal (protocol.md §9).
 
 Equivalences are exact mathematically and are proved in float64, with a tolerance of ~1e-12 that follows from
 float64 rounding; the same comparisons in float32 (the precision the benchmark runs in) use the float32 rounding

@@ -1,13 +1,14 @@
 """The HeadPruner interface, the registry, and the random / confidence / michel methods."""
 from __future__ import annotations
 
-import math
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import methods
+from methods.registry import shipped_methods
 from methods import HeadPruner, OptionError, PruningResult, lowest_k_mask, register
 from methods.confidence import head_confidence
 from methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
@@ -31,6 +32,29 @@ def test_michel_variants_conform():
 def test_confidence_variants_conform():
     for exclude in ("none", "cls_sep"):
         check_pruner("confidence", target_heads=4, exclude_keys=exclude)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("name", sorted(shipped_methods()))
+def test_every_registered_method_conforms(name):
+    """Every registered method (built-in, ablation or entry point) passes the conformance check under its class's
+    ``conformance_options``, without a test of its own (after scikit-learn's common estimator checks)."""
+    cls = methods.get_method_class(name)
+    check_pruner(name, **cls.conformance_options)
+
+
+BUILTIN_ORDER = ["random", "confidence", "michel", "voita", "dsp", "redundancy", "auber"]
+
+
+def test_builtins_declare_report_order_and_colour_and_ablations_do_not():
+    registry = methods.available_methods()
+    builtins = [registry[name] for name in BUILTIN_ORDER]
+    assert [cls.report_order for cls in builtins] == sorted(cls.report_order for cls in builtins)
+    assert len({cls.report_order for cls in builtins}) == len({cls.report_color for cls in builtins}) == 7
+    assert all(re.fullmatch(r"#[0-9A-F]{6}", cls.report_color) for cls in builtins)
+    ablations = [cls for cls in registry.values() if cls.ablation_of]
+    assert {cls.name for cls in ablations} >= {"auber-query", "auber-key", "auber-l2", "auber-reverse"}
+    assert all(cls.report_order is None and cls.report_color is None for cls in ablations)
 
 
 def test_unknown_method_suggests_close_name():

@@ -57,7 +57,7 @@ from methods.heads import get_layout
 from methods.options import Interval, OptionError
 from methods.registry import register
 
-__all__ = ["AuberPruner", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
+__all__ = ["AuberPruner", "AuberAblation", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
 
 # Salts of the context's seeded generators (independent streams per purpose and layer).
 SALT_SPLIT, SALT_DQN, SALT_FINAL = 31_000, 32_000, 33_000
@@ -145,6 +145,8 @@ class AuberPruner(HeadPruner):
     """
 
     name = "auber"
+    report_order, report_color = 70, "#D55E00"
+    conformance_options = {"episodes": 2, "final_finetune": False, "layer_finetune_epochs": 1.0}
     constraints = {
         "state": SOURCES, "norm": NORMS,
         "minidev_fraction": Interval(0, 1, closed="neither"), "final_holdout_fraction": Interval(0, 1, closed="neither"),
@@ -193,6 +195,8 @@ class AuberPruner(HeadPruner):
         return self
 
     def dqn_config(self) -> DQNConfig:
+        """The :class:`~methods.auber.dqn.DQNConfig` of the options (``dqn_batch_size`` -> ``batch_size``,
+        ``dqn_lr`` -> ``lr``, ``dqn_momentum`` -> ``momentum``; the other fields by name)."""
         o = self.options
         return DQNConfig(hidden_size=o["hidden_size"], replay_capacity=o["replay_capacity"],
                          batch_size=o["dqn_batch_size"], gamma=o["gamma"], lr=o["dqn_lr"],
@@ -256,6 +260,12 @@ class AuberPruner(HeadPruner):
     # ------------------------------------------------------------------ the method
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Algorithm 1 of the paper (module docstring): every layer in turn (:meth:`prune_layer`), then the final
+        fine-tune (:meth:`final_finetune`). The input model is untouched (a deep copy is pruned and trained).
+
+        Raises:
+            ValueError: the train pool has fewer than 2 examples (no mini-dev / mini-train split).
+        """
         o = self.options
         work = copy.deepcopy(model).eval()
         layout = get_layout(work)
@@ -271,84 +281,13 @@ class AuberPruner(HeadPruner):
         retrained = False
         start_all = time.perf_counter()
         for layer in order:
-            start = time.perf_counter()
-            dev_idx, train_idx = self.layer_split(context, pool, layer)
-            state0 = layer_state(work, layer, o["state"], o["norm"])
-            states[layer] = state0
-            scorer, kind, batches = self._scorer(work, context, layer, mask, dev_idx)
-            memo = Memo(scorer, enabled=o["memoize"])
-            before = memo.score(())
-            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator(salt=SALT_DQN + layer)))
-            search = LayerSearch(state0, memo.score_many, before, cfg, seed=seed)
-            search.run(o["episodes"])
-            chosen = search.greedy()
-            after = memo.score(chosen) if chosen else before
-            search_seconds = time.perf_counter() - start
-            evals, hits = memo.evals, memo.hits
-            build_seconds = getattr(scorer, "build_seconds", None)
-            metric = getattr(scorer, "metric", None)
-            memo = scorer = None  # free the layer's cache before fine-tuning
-            mask[layer, chosen] = 0.0
-            after_ft = None
-            finetune_seconds = 0.0
-            if chosen and o["layer_finetune_epochs"] > 0:
-                t_ft = time.perf_counter()
-                work = context.fine_tune(
-                    work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=dev_idx,
-                    epochs=o["layer_finetune_epochs"], lr=o["layer_finetune_lr"], batch_size=o["finetune_batch_size"],
-                    early_stopping=False, warmup_ratio=o["finetune_warmup_ratio"],
-                    weight_decay=o["finetune_weight_decay"]) or work
-                work.eval()
-                retrained = True
-                finetune_seconds = time.perf_counter() - t_ft
-                if kind in ("fast", "naive"):
-                    after_ft = NaiveScorer(work, batches, layer, mask, metric).score(chosen)
-                elif kind == "context":
-                    after_ft = _ContextScorer(work, context, layer, mask, dev_idx).score_many([chosen])[0]
-            entry = {
-                "layer": layer,
-                "episodes": o["episodes"],
-                "rewards": [round(e.total_reward, 6) for e in search.episodes],
-                "epsilon": search.epsilon,
-                "pruned": sorted(int(h) for h in chosen),
-                "pruned_order": [int(h) for h in chosen],
-                "minidev_before": before,
-                "minidev_after": after,
-                "minidev_after_finetune": after_ft,
-                "seconds": round(time.perf_counter() - start, 3),
-                "search_seconds": round(search_seconds, 3),
-                "finetune_seconds": round(finetune_seconds, 3),
-                "reward_evals": evals,
-                "cache_hits": hits,
-                "reward_path": kind,
-                "steps": search.steps_done,
-                "optim_steps": search.optim_steps,
-                "minidev_size": len(dev_idx),
-                "minitrain_size": len(train_idx),
-                "state": [round(float(v), 6) for v in state0],
-            }
-            if build_seconds is not None:
-                entry["cache_build_seconds"] = round(build_seconds, 3)
+            work, entry, tuned = self.prune_layer(work, context, layer, mask, states, pool, cfg)
+            retrained = retrained or tuned
             layers_trace.append(entry)
-            context.log(f"auber: layer {layer}: pruned {entry['pruned']} (mini-dev {before:.4f} -> {after:.4f}; "
-                        f"{evals} evals, {hits} memo hits, {entry['seconds']:.1f} s)")
         final: dict[str, Any] = {"ran": False}
         if o["final_finetune"]:
-            t_final = time.perf_counter()
-            train_idx, held_idx = self.final_split(context, pool)
-            primary = context.primary_metric
-            held_before = float(context.evaluate(work, mask.clone(), split="train", indices=held_idx)[primary])
-            work = context.fine_tune(
-                work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=held_idx,
-                epochs=o["final_epochs"], lr=o["final_lr"], batch_size=o["finetune_batch_size"], early_stopping=True,
-                patience=o["final_patience"], evals_per_epoch=o["final_evals_per_epoch"],
-                warmup_ratio=o["finetune_warmup_ratio"], weight_decay=o["finetune_weight_decay"]) or work
-            work.eval()
+            work, final = self.final_finetune(work, context, mask, pool)
             retrained = True
-            held_after = float(context.evaluate(work, mask.clone(), split="train", indices=held_idx)[primary])
-            final = {"ran": True, "train_examples": len(train_idx), "heldout_examples": len(held_idx),
-                     "heldout_before": held_before, "heldout_after": held_after,
-                     "seconds": round(time.perf_counter() - t_final, 3)}
         trace = {
             "layers": layers_trace,
             "order": order,
@@ -361,41 +300,135 @@ class AuberPruner(HeadPruner):
                              trace=trace)
 
 
-@register
-class AuberQueryPruner(AuberPruner):
-    """AUBER with the state from the query weights (paper Table 3, AUBER-Query, §4.3.1)."""
+    def search_layer(self, work: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
+                     state0: torch.Tensor, dev_idx: list[int], cfg: DQNConfig) -> dict[str, Any]:
+        """Steps 3-4 of the module docstring for ``layer``: the DQN episodes from ``state0`` (``[H]``) with memoised
+        mini-dev rewards (paper §3.4; code ``train.py``), then the greedy policy. The reward scorer and its cache
+        are released on return.
 
-    name = "auber-query"
+        Returns:
+            ``{"chosen": pruned heads in pruning order, "before" / "after": the mini-dev metric without / with them,
+            "kind": the reward path, "batches" and "metric": for re-scoring after the fine-tune, "build_seconds",
+            and the search's trace fields "rewards", "epsilon", "evals", "hits", "steps", "optim_steps"}``.
+        """
+        o = self.options
+        scorer, kind, batches = self._scorer(work, context, layer, mask, dev_idx)
+        memo = Memo(scorer, enabled=o["memoize"])
+        before = memo.score(())
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator(salt=SALT_DQN + layer)))
+        search = LayerSearch(state0, memo.score_many, before, cfg, seed=seed)
+        search.run(o["episodes"])
+        chosen = search.greedy()
+        after = memo.score(chosen) if chosen else before
+        return {"chosen": chosen, "before": before, "after": after, "kind": kind, "batches": batches,
+                "metric": getattr(scorer, "metric", None), "build_seconds": getattr(scorer, "build_seconds", None),
+                "rewards": [round(e.total_reward, 6) for e in search.episodes], "epsilon": search.epsilon,
+                "evals": memo.evals, "hits": memo.hits, "steps": search.steps_done, "optim_steps": search.optim_steps}
+
+    def prune_layer(self, work: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
+                    states: torch.Tensor, pool: int, cfg: DQNConfig) -> tuple[nn.Module, dict[str, Any], bool]:
+        """One layer of Algorithm 1 (steps 1-4 of the module docstring): the layer's split, its state, the search
+        (:meth:`search_layer`), and the fine-tune on the layer's mini-train when heads were pruned. Sets
+        ``mask[layer]`` (``[L, H]``, 0 = pruned) and ``states[layer]`` in place.
+
+        Returns:
+            (the model, fine-tuned or as given; the layer's entry of ``trace["layers"]``; whether it was fine-tuned).
+        """
+        o = self.options
+        start = time.perf_counter()
+        dev_idx, train_idx = self.layer_split(context, pool, layer)
+        state0 = layer_state(work, layer, o["state"], o["norm"])
+        states[layer] = state0
+        found = self.search_layer(work, context, layer, mask, state0, dev_idx, cfg)
+        search_seconds = time.perf_counter() - start
+        chosen = found["chosen"]
+        mask[layer, chosen] = 0.0
+        after_ft, finetune_seconds, tuned = None, 0.0, False
+        if chosen and o["layer_finetune_epochs"] > 0:
+            t_ft = time.perf_counter()
+            work = context.fine_tune(
+                work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=dev_idx,
+                epochs=o["layer_finetune_epochs"], lr=o["layer_finetune_lr"], batch_size=o["finetune_batch_size"],
+                early_stopping=False, warmup_ratio=o["finetune_warmup_ratio"],
+                weight_decay=o["finetune_weight_decay"]) or work
+            work.eval()
+            tuned = True
+            finetune_seconds = time.perf_counter() - t_ft
+            if found["kind"] in ("fast", "naive"):
+                after_ft = NaiveScorer(work, found["batches"], layer, mask, found["metric"]).score(chosen)
+            elif found["kind"] == "context":
+                after_ft = _ContextScorer(work, context, layer, mask, dev_idx).score_many([chosen])[0]
+        entry = {
+            "layer": layer, "episodes": o["episodes"], "rewards": found["rewards"], "epsilon": found["epsilon"],
+            "pruned": sorted(int(h) for h in chosen), "pruned_order": [int(h) for h in chosen],
+            "minidev_before": found["before"], "minidev_after": found["after"], "minidev_after_finetune": after_ft,
+            "seconds": round(time.perf_counter() - start, 3), "search_seconds": round(search_seconds, 3),
+            "finetune_seconds": round(finetune_seconds, 3), "reward_evals": found["evals"],
+            "cache_hits": found["hits"], "reward_path": found["kind"], "steps": found["steps"],
+            "optim_steps": found["optim_steps"], "minidev_size": len(dev_idx), "minitrain_size": len(train_idx),
+            "state": [round(float(v), 6) for v in state0],
+        }
+        if found["build_seconds"] is not None:
+            entry["cache_build_seconds"] = round(found["build_seconds"], 3)
+        context.log(f"auber: layer {layer}: pruned {entry['pruned']} (mini-dev {found['before']:.4f} -> "
+                    f"{found['after']:.4f}; {found['evals']} evals, {found['hits']} memo hits, "
+                    f"{entry['seconds']:.1f} s)")
+        return work, entry, tuned
+
+    def final_finetune(self, work: nn.Module, context: PruningContext, mask: torch.Tensor,
+                       pool: int) -> tuple[nn.Module, dict[str, Any]]:
+        """The final fine-tune with early stopping (paper §3.2; not in the code): on the pool minus a seeded held-out
+        slice (:meth:`final_split`), early stopping on that slice [INFERRED], with ``mask`` held fixed.
+
+        Returns:
+            (the fine-tuned model in eval mode, ``trace["final_finetune"]``: ``ran``, ``train_examples``,
+            ``heldout_examples``, ``heldout_before`` / ``heldout_after`` (primary metric), ``seconds``).
+        """
+        o = self.options
+        t_final = time.perf_counter()
+        train_idx, held_idx = self.final_split(context, pool)
+        primary = context.primary_metric
+        held_before = float(context.evaluate(work, mask.clone(), split="train", indices=held_idx)[primary])
+        work = context.fine_tune(
+            work, mask.clone(), split="train", indices=train_idx, eval_split="train", eval_indices=held_idx,
+            epochs=o["final_epochs"], lr=o["final_lr"], batch_size=o["finetune_batch_size"], early_stopping=True,
+            patience=o["final_patience"], evals_per_epoch=o["final_evals_per_epoch"],
+            warmup_ratio=o["finetune_warmup_ratio"], weight_decay=o["finetune_weight_decay"]) or work
+        work.eval()
+        held_after = float(context.evaluate(work, mask.clone(), split="train", indices=held_idx)[primary])
+        return work, {"ran": True, "train_examples": len(train_idx), "heldout_examples": len(held_idx),
+                      "heldout_before": held_before, "heldout_after": held_after,
+                      "seconds": round(time.perf_counter() - t_final, 3)}
+
+
+class AuberAblation(AuberPruner):
+    """Base of AUBER's ablations (paper Table 3; not registered itself): ``ablation_of = "auber"`` (left out of
+    ``--methods all``), and no report place or colour of its own (``None``), so the report derives them from AUBER's.
+    The ablations are defined from :data:`ABLATIONS`."""
+
     ablation_of = "auber"
-    summary = "AUBER ablation: state from the query-projection norms (paper Table 3)"
-    defaults = {**AuberPruner.defaults, "state": "query"}
+    report_order = None
+    report_color = None
 
 
-@register
-class AuberKeyPruner(AuberPruner):
-    """AUBER with the state from the key weights (paper Table 3, AUBER-Key, §4.3.1)."""
-
-    name = "auber-key"
-    ablation_of = "auber"
-    summary = "AUBER ablation: state from the key-projection norms (paper Table 3)"
-    defaults = {**AuberPruner.defaults, "state": "key"}
-
-
-@register
-class AuberL2Pruner(AuberPruner):
-    """AUBER with the L2 norm of the value weights (paper Table 3, AUBER-L2, §4.3.2; the official code's norm)."""
-
-    name = "auber-l2"
-    ablation_of = "auber"
-    summary = "AUBER ablation: L2 (Frobenius) norm of the value weights, as the official code computes"
-    defaults = {**AuberPruner.defaults, "norm": "l2"}
+#: The ablations of paper Table 3: registry name -> (class name, AUBER defaults they change, summary, paper section).
+ABLATIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
+    "auber-query": ("AuberQueryPruner", {"state": "query"}, "state from the query-projection norms", "§4.3.1"),
+    "auber-key": ("AuberKeyPruner", {"state": "key"}, "state from the key-projection norms", "§4.3.1"),
+    "auber-l2": ("AuberL2Pruner", {"norm": "l2"}, "L2 norm of the value weights, the official code's norm", "§4.3.2"),
+    "auber-reverse": ("AuberReversePruner", {"reverse": True}, "layers processed from the top down", "§4.3.3"),
+}
 
 
-@register
-class AuberReversePruner(AuberPruner):
-    """AUBER processing the layers top to bottom (paper Table 3, AUBER-Reverse, §4.3.3)."""
+def _register_ablation(name: str, class_name: str, changes: dict[str, Any], what: str,
+                       section: str) -> type[AuberAblation]:
+    """Define and register the ablation ``name``: an :class:`AuberAblation` whose defaults are AUBER's changed by
+    ``changes``."""
+    summary = f"AUBER ablation: {what} (paper Table 3)"
+    namespace = {"__doc__": f"{summary}, {section}.", "__module__": __name__, "__qualname__": class_name,
+                 "name": name, "summary": summary, "defaults": {**AuberPruner.defaults, **changes}}
+    return register(type(class_name, (AuberAblation,), namespace))
 
-    name = "auber-reverse"
-    ablation_of = "auber"
-    summary = "AUBER ablation: layers processed from the top down (paper Table 3)"
-    defaults = {**AuberPruner.defaults, "reverse": True}
+
+AuberQueryPruner, AuberKeyPruner, AuberL2Pruner, AuberReversePruner = (
+    _register_ablation(name, *spec) for name, spec in ABLATIONS.items())

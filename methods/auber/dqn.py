@@ -126,6 +126,7 @@ class ReplayMemory:
         self.position = 0
 
     def push(self, transition: Transition) -> None:
+        """Store ``transition``; when full, overwrite the oldest (the code's ``push``)."""
         if len(self.memory) < self.capacity:
             self.memory.append(transition)
         else:
@@ -133,6 +134,11 @@ class ReplayMemory:
         self.position = (self.position + 1) % self.capacity
 
     def sample(self, k: int, rng: random.Random) -> list[Transition]:
+        """``k`` distinct stored transitions drawn uniformly by ``rng`` (``random.sample``, as the code).
+
+        Raises:
+            ValueError: ``k`` exceeds the number stored.
+        """
         return rng.sample(self.memory, k)
 
     def __len__(self) -> int:
@@ -260,6 +266,7 @@ class LayerSearch:
 
     @property
     def epsilon(self) -> float:
+        """The exploration rate after ``steps_done`` steps, :func:`epsilon` (in [eps_end, eps_start])."""
         return epsilon(self.steps_done, self.cfg)
 
     def run_episode(self) -> Episode:
@@ -308,6 +315,8 @@ class LayerSearch:
         return episode
 
     def run(self, episodes: int) -> list[Episode]:
+        """Run ``episodes`` more episodes (:meth:`run_episode`; paper Algorithm 1, code ``train.py``); returns every
+        episode run so far."""
         for _ in range(episodes):
             self.run_episode()
         return self.episodes

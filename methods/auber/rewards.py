@@ -15,7 +15,8 @@ head mask (the same function, methods.md §0.1), and:
 * the mini-dev is batched by length (:func:`length_sorted_batches`: sorted, dynamically padded).
 
 :class:`NaiveScorer` is the plain way (a full masked forward per reward) used by ``fast_rewards=False`` and the
-speed benchmark; both give the same predictions (tests: logits within 1e-6 in fp32).
+speed benchmark; both give the same predictions (tests: logits equal within the rounding bound of
+``tests/tolerances.py``, in float64 and float32).
 """
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from methods.base import model_inputs
 from methods.heads import apply_head_mask, get_layout
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 """``metric(predictions [N] int, labels [N] int) -> float``: the task's primary metric."""
 
@@ -98,6 +99,8 @@ class Scorer:
         raise NotImplementedError
 
     def score(self, pruned: Iterable[int]) -> float:
+        """The metric (:data:`MetricFn`, e.g. accuracy in [0, 1]) of the mini-dev predictions with the layer's
+        ``pruned`` heads masked (and the other layers' heads of ``base_mask``)."""
         start = time.perf_counter()
         preds = self.logits(pruned).argmax(dim=-1).cpu().numpy()
         value = float(self.metric(preds, self.labels))
@@ -106,6 +109,7 @@ class Scorer:
         return value
 
     def score_many(self, sets: Sequence[Iterable[int]]) -> list[float]:
+        """:meth:`score` of each pruned set, in order."""
         return [self.score(s) for s in sets]
 
 
@@ -114,12 +118,13 @@ class NaiveScorer(Scorer):
 
     @torch.inference_mode()
     def logits(self, pruned: Iterable[int]) -> torch.Tensor:
+        """Logits ``[N, C]`` from a full forward per batch with the head mask applied (:meth:`Scorer.logits`)."""
         mask = layer_mask(self.base_mask, self.layer, pruned)
         device = next(self.model.parameters()).device
         out = []
         with apply_head_mask(self.model, mask.to(device)):
             for batch in self.batches:
-                out.append(self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits)
+                out.append(self.model(**model_inputs(batch)).logits)
         return torch.cat(out) if out else torch.zeros(0)
 
 
@@ -140,7 +145,7 @@ class FastScorer(Scorer):
         cls_only: compute the last layer for the [CLS] position only (needs eager or SDPA attention; turned off
             otherwise).
         check: compare with a full forward on the first batch at construction (unpruned layer) and raise
-            :class:`FastScorerUnsupported` when the logits differ by more than ``1e-4``.
+            :class:`FastScorerUnsupported` when the logits differ by more than :meth:`rounding_tolerance`.
 
     Raises:
         FastScorerUnsupported: not a ``BertForSequenceClassification``-like model (``.classifier`` and a pooler),
@@ -197,7 +202,7 @@ class FastScorer(Scorer):
 
         handle = self.layers[self.layer].register_forward_pre_hook(hook, with_kwargs=True)
         try:
-            self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+            self.model(**model_inputs(batch))
         except _Captured:
             pass
         finally:
@@ -211,7 +216,7 @@ class FastScorer(Scorer):
         mask = layer_mask(self.base_mask, self.layer, ())
         device = next(self.model.parameters()).device
         with torch.inference_mode(), apply_head_mask(self.model, mask.to(device)):
-            full = self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits
+            full = self.model(**model_inputs(batch)).logits
         with torch.inference_mode():
             fast = self._batch_logits(0, mask)
         diff = float((full.double() - fast.double()).abs().max()) if full.numel() else 0.0
@@ -226,8 +231,9 @@ class FastScorer(Scorer):
         float32), ``N`` the summed reduction lengths along one path through the encoder (per layer ``7h + i + d +
         2T``; Higham & Mary 2019's probabilistic bound ``lambda sqrt(N) u``, lambda = 8, twice for two
         computations), the scale at least 1 because the hidden states the errors are relative to are O(1) after
-        LayerNorm. MiniLM, float32, 64 tokens: ~1.6e-4 per unit of logit (a fixed 1e-4 failed on larger logits
-        and silently fell back to the slow scorer); a wrong gate moves logits by 1e-2 or more."""
+        LayerNorm. MiniLM, float32, 64 tokens: ~1.6e-4 per unit of logit (the fixed 1e-4 used before was below
+        what rounding allows for logits above ~0.6, so another CPU's kernels could trip it and fall back to the slow
+        scorer); a wrong gate moves logits by 1e-2 or more."""
         config = self.layout.config
         h, i = config.hidden_size, config.intermediate_size
         terms = 4 * h + self.num_layers * (7 * h + i + self.head_size + 2 * tokens)
@@ -281,6 +287,8 @@ class FastScorer(Scorer):
 
     @torch.inference_mode()
     def logits(self, pruned: Iterable[int]) -> torch.Tensor:
+        """Logits ``[N, C]`` from the cached layer inputs and per-head outputs (module docstring), equal to
+        :class:`NaiveScorer`'s up to float rounding."""
         mask = layer_mask(self.base_mask, self.layer, pruned)
         out = [self._batch_logits(i, mask) for i in range(len(self.cache))]
         return torch.cat(out) if out else torch.zeros(0)
@@ -325,6 +333,8 @@ class Memo:
         self.hits = 0
 
     def score_many(self, sets: Sequence[Iterable[int]]) -> list[float]:
+        """The score of each pruned set (order of the heads in a set does not matter); each set not seen before is
+        evaluated once, in one ``scorer.score_many`` call."""
         keys = [frozenset(int(h) for h in s) for s in sets]
         if not self.enabled:
             self.evals += len(keys)
@@ -338,4 +348,5 @@ class Memo:
         return [self.table[k] for k in keys]
 
     def score(self, pruned: Iterable[int]) -> float:
+        """The score of one pruned set (:meth:`score_many`)."""
         return self.score_many([pruned])[0]

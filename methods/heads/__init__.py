@@ -1,0 +1,45 @@
+"""Attention-head masking and physical head removal for BERT-layout encoders.
+
+transformers 5.x removed ``head_mask`` and ``prune_heads`` from BERT (PR #41076), so this module
+provides both, with the semantics of protocol.md §9 and methods.md §0.1:
+
+* A pruned head contributes exactly zero to the concatenated head outputs ``[B, T, H*d]`` that
+  enter the attention output projection; the projection's bias stays.
+* Masking there (:func:`apply_head_mask`) equals zeroing the head's value weights and bias
+  (:func:`zero_value_heads`), and equals physically removing the head's Q/K/V rows and
+  output-projection columns (:func:`remove_heads`).
+* A layer may lose all its heads; its attention block then adds only the output-projection bias.
+
+Head indices are always ORIGINAL indices ``0..H-1``; ``model.config.pruned_heads`` records the
+physically removed heads as ``{str(layer): sorted list of original head indices}``, like
+``config.pruned_heads`` in HF transformers 4.x.
+
+Notation for shapes: L layers, H heads per layer (original), d head size, B batch, T tokens.
+
+Modules: :mod:`methods.heads.layout` (errors, the layout adapter, mask <-> ``pruned_heads`` helpers),
+:mod:`methods.heads.masking` (masking hooks), :mod:`methods.heads.removal` (in-place weight edits: zeroing,
+removal; save/load; parameter counts). Every public name is importable from ``methods.heads``.
+"""
+
+from methods.heads.layout import (BertLayout, UnsupportedArchitectureError, get_layout, mask_from_pruned_heads,
+                                  pruned_heads_from_mask)
+from methods.heads.masking import HeadMask, apply_head_mask
+from methods.heads.removal import (EmptySelfAttention, closed_form_parameter_count, count_parameters, load_pruned,
+                                   remove_heads, save_pruned, zero_value_heads)
+
+__all__ = [
+    "UnsupportedArchitectureError",
+    "BertLayout",
+    "get_layout",
+    "HeadMask",
+    "apply_head_mask",
+    "zero_value_heads",
+    "remove_heads",
+    "EmptySelfAttention",
+    "save_pruned",
+    "load_pruned",
+    "count_parameters",
+    "closed_form_parameter_count",
+    "mask_from_pruned_heads",
+    "pruned_heads_from_mask",
+]
