@@ -77,6 +77,8 @@ def _load(args):
 
 
 def _search(model, batches, layer, metric, args, fast: bool) -> dict:
+    """One layer's search (the fast or the naive scorer), timed: seconds, rewards, evaluations, memo hits, the
+    decisions of every episode and the greedy heads."""
     base = torch.ones(model.config.num_hidden_layers, model.config.num_attention_heads)
     state = layer_state(model, layer, "value", "l1")
     start = time.perf_counter()
@@ -124,7 +126,8 @@ def _estimate_naive(model, batches, layer, metric, fast: dict, evals: int) -> di
             "epsilon": fast["epsilon"], "estimated_from_evals": scorer.evals}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmark.auber_speed`` (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m benchmark.auber_speed", description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="mrpc")
     parser.add_argument("--glue-dir", default=None, help="GLUE folder (default: $GLUE_DIR, else the hub)")
@@ -148,10 +151,17 @@ def main(argv: list[str] | None = None) -> dict:
                         help="do not run the naive search: time K of its full forwards and extrapolate (for long "
                              "searches, e.g. 150 episodes); decisions are then not compared")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Time AUBER's search naive and fast on the layers asked for; print a table and return the summary
+    (``{"task", "model", ..., "layers": [per layer: ratios, rewards, seconds, identical decisions], "ratio",
+    "identical_decisions"}``; seconds of wall-clock time). ``argv``: the command line (default ``sys.argv``)."""
+    args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from benchmark.runner import quiet_libraries
+    from benchmark.provenance import quiet_libraries
 
     quiet_libraries()
     spec, model, batches, metric, tokens = _load(args)

@@ -14,11 +14,37 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.training import TrainConfig
-
 
 class ConfigError(ValueError):
     """A bad option value or a run folder whose configuration differs from the one asked for."""
+
+
+@dataclass
+class TrainConfig:
+    """Fine-tuning hyper-parameters (one object, hashed into the run configuration; used by
+    :func:`benchmark.training.fine_tune`, which also exports it)."""
+
+    lr: float = 2e-5
+    """AdamW learning rate (peak of the linear warm-up / decay schedule)."""
+    batch_size: int = 32
+    """Examples per step."""
+    epochs: float = 3.0
+    """Passes over the train split; fractional values give a part of an epoch's steps."""
+    # early stopping
+    early_stopping: bool = False
+    """Keep the best state by a score on a train-derived split, and stop after ``patience`` evaluations without
+    improvement."""
+    patience: int = 1
+    """Evaluations without improvement before stopping."""
+    evals_per_epoch: int = 1
+    """Early-stopping evaluations per epoch (and one at the last step)."""
+    # optimiser details
+    warmup_ratio: float = 0.1
+    """Share of the steps with a linear warm-up."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not applied to biases and LayerNorm weights)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (L2 norm over all parameters)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +61,7 @@ class Budget:
 
     @property
     def label(self) -> str:
+        """The budget as the CLI writes it (``fraction:0.3``); the budget spec of its cells' keys."""
         return f"{self.kind}:{self.value}"
 
     def target(self, total_heads: int) -> int | None:
@@ -158,7 +185,11 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name: str) -> Preset:
-    """Raises ConfigError for an unknown preset, listing the known ones."""
+    """A copy of the preset called ``name``.
+
+    Raises:
+        ConfigError: an unknown preset; the message lists the known ones.
+    """
     if name not in PRESETS:
         raise ConfigError(f"--preset {name!r}: unknown preset; known: {', '.join(PRESETS)}")
     return dataclasses.replace(PRESETS[name])
@@ -184,6 +215,7 @@ class Experiment:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        """The settings as the JSON object of ``run.json``'s ``experiment``."""
         return dataclasses.asdict(self)
 
     def digest(self) -> str:

@@ -28,9 +28,11 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from benchmark.provenance import now_utc
+from benchmark.records import NO_BUDGET, CellKey, Record
 
 log = logging.getLogger("benchmark")
 
@@ -177,7 +179,7 @@ def reject_unreadable(path: Path) -> list[BrokenLine]:
         good, broken = _scan_bytes(path, fh.read())
         if not broken:
             return []
-        moved = _now()
+        moved = now_utc()
         for b in broken:
             append_jsonl(path.with_name(REJECTED), {"file": path.name, "line": b.line, "reason": b.reason,
                                                     "text": b.text, "moved_at": moved})
@@ -189,10 +191,6 @@ def reject_unreadable(path: Path) -> list[BrokenLine]:
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     return broken
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -219,12 +217,18 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 
 def record_key(record: dict[str, Any]) -> str:
-    """A record's cell key: its ``cell``, or for records of the first schema (no ``cell``) the key made of its task,
-    seed, method, budget spec and condition."""
+    """A record's cell key (the JSON object of a ``records.jsonl`` line): its ``cell``, or for records of the first
+    schema (no ``cell``) the :class:`~benchmark.records.CellKey` of its task, seed, method, budget spec and
+    condition, without an ``opts`` part (as :meth:`Record.from_dict <benchmark.records.Record.from_dict>` migrates
+    it).
+
+    Raises:
+        KeyError: no ``cell`` and no task, seed, method or condition.
+    """
     if record.get("cell"):
         return record["cell"]
-    budget = (record.get("budget") or {}).get("spec", "none")
-    return f"{record['task']}|seed={record['seed']}|{record['method']}|{budget}|{record['condition']}"
+    budget = (record.get("budget") or {}).get("spec", NO_BUDGET)
+    return str(CellKey(record["task"], int(record["seed"]), record["method"], budget, record["condition"], None))
 
 
 class RecordStore:
@@ -252,27 +256,38 @@ class RecordStore:
             self._records.setdefault(record_key(rec), rec)
 
     def __contains__(self, cell: str) -> bool:
+        """Whether the cell key ``cell`` has a record."""
         return cell in self._records
 
     def get(self, cell: str) -> dict[str, Any] | None:
+        """The record (JSON object) of the cell key ``cell``, or None."""
         return self._records.get(cell)
 
     def records(self) -> list[dict[str, Any]]:
+        """Every record (JSON objects), in the order first written."""
         return list(self._records.values())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """The records (JSON objects), in the order first written."""
         return iter(self._records.values())
 
-    def add(self, record: dict[str, Any]) -> None:
-        """Append a finished cell (ignored with a warning if the cell is already stored)."""
-        cell = record["cell"]
+    def add(self, record: Record | dict[str, Any]) -> None:
+        """Append a finished cell: a :class:`~benchmark.records.Record` is written as ``record.to_dict()`` (a JSON
+        object with a ``cell`` key is written as it is). Ignored with a warning if the cell is already stored.
+
+        Raises:
+            OSError: ``records.jsonl`` cannot be written.
+        """
+        entry = record.to_dict() if isinstance(record, Record) else record
+        cell = entry["cell"]
         if cell in self._records:
             log.warning("cell %s is already stored; not writing it twice", cell)
             return
-        append_jsonl(self.path, record)
-        self._records[cell] = record
+        append_jsonl(self.path, entry)
+        self._records[cell] = entry
 
     def add_failure(self, failure: dict[str, Any]) -> None:
+        """Append a failed cell's entry (cell, error, traceback, time) to ``failures.jsonl``."""
         append_jsonl(self.folder / FAILURES, failure)
 
     def add_plan(self, plan: dict[str, Any]) -> None:

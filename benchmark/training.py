@@ -22,25 +22,13 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorWithPadding, get_linear_schedule_with_warmup
 
+from benchmark.config import TrainConfig
 from benchmark.tasks import TaskSpec, compute_metrics
+from methods.base import MODEL_INPUTS
 from methods.heads import apply_head_mask
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-@dataclass
-class TrainConfig:
-    """Fine-tuning hyper-parameters (one object, hashed into the run configuration)."""
-
-    lr: float = 2e-5
-    batch_size: int = 32
-    epochs: float = 3.0
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    early_stopping: bool = False
-    patience: int = 1  # evaluations without improvement before stopping
-    evals_per_epoch: int = 1
+__all__ = ["TrainConfig", "Counter", "MODEL_INPUTS", "encode", "iterate", "predict", "evaluate", "fine_tune",
+           "clone_model"]
 
 
 @dataclass
@@ -51,6 +39,7 @@ class Counter:
     backward: int = 0
 
     def as_dict(self) -> dict[str, int]:
+        """``{"forward_examples", "backward_examples"}``, the cost fields of a record."""
         return {"forward_examples": self.forward, "backward_examples": self.backward}
 
 
@@ -145,6 +134,40 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
     model.to(device)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = max(1, int(round(cfg.epochs * steps_per_epoch)))
+    optimizer, scheduler = _optimizer(model, cfg, total_steps)
+    eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
+    best = _BestState(cfg.patience)
+    handle = apply_head_mask(model, mask.to(device)) if mask is not None else None
+    step = 0
+    bar = tqdm(total=total_steps, desc=desc, leave=False, disable=not progress)
+    try:
+        epoch = 0
+        while step < total_steps and not best.stopped:
+            model.train()
+            for batch in iterate(train, tokenizer, cfg.batch_size, device, shuffle=True, seed=seed * 1000 + epoch):
+                loss = _step(model, batch, optimizer, scheduler, cfg.max_grad_norm, counter)
+                step += 1
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}")
+                if cfg.early_stopping and (step % eval_every == 0 or step == total_steps):
+                    best.update(model, step, float(eval_fn(model)))
+                    model.train()
+                if step >= total_steps or best.stopped:
+                    break
+            epoch += 1
+    finally:
+        bar.close()
+        if handle is not None:
+            handle.remove()
+    if best.state is not None:
+        model.load_state_dict(best.state)
+    model.eval()
+    return model, {"steps": step, "history": best.history,
+                   "best_score": None if best.state is None else best.score, "stopped_early": best.stopped}
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig, total_steps: int):
+    """AdamW (no weight decay on biases and LayerNorm weights) and its linear warm-up / decay schedule."""
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [
@@ -152,56 +175,48 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
         {"params": [p for n, p in named if n.endswith(no_decay)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
-    eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
-    history: list[dict[str, float]] = []
-    best_score, best_state, bad_evals, stopped_early = -math.inf, None, 0, False
-    handle = apply_head_mask(model, mask.to(device)) if mask is not None else None
-    step = 0
-    bar = tqdm(total=total_steps, desc=desc, leave=False, disable=not progress)
-    try:
-        epoch = 0
-        while step < total_steps and not stopped_early:
-            model.train()
-            for batch in iterate(train, tokenizer, cfg.batch_size, device, shuffle=True, seed=seed * 1000 + epoch):
-                labels = batch.pop("labels")
-                logits = model(**batch).logits
-                loss = F.cross_entropy(logits.float(), labels)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                if counter is not None:
-                    counter.forward += len(labels)
-                    counter.backward += len(labels)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-                at_eval = cfg.early_stopping and (step % eval_every == 0 or step == total_steps)
-                if at_eval:
-                    score = float(eval_fn(model))
-                    model.train()
-                    history.append({"step": step, "score": score})
-                    if score > best_score:
-                        best_score, bad_evals = score, 0
-                        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    else:
-                        bad_evals += 1
-                        if bad_evals >= cfg.patience:
-                            stopped_early = True
-                if step >= total_steps or stopped_early:
-                    break
-            epoch += 1
-    finally:
-        bar.close()
-        if handle is not None:
-            handle.remove()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return model, {"steps": step, "history": history,
-                   "best_score": None if best_state is None else best_score, "stopped_early": stopped_early}
+    return optimizer, get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+
+
+def _step(model: nn.Module, batch: dict[str, torch.Tensor], optimizer, scheduler, max_grad_norm: float,
+          counter: Counter | None) -> float:
+    """One optimisation step on ``batch`` (cross-entropy, gradients clipped to ``max_grad_norm``); its loss."""
+    labels = batch.pop("labels")
+    logits = model(**batch).logits
+    loss = F.cross_entropy(logits.float(), labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    if counter is not None:
+        counter.forward += len(labels)
+        counter.backward += len(labels)
+    return loss.item()
+
+
+@dataclass
+class _BestState:
+    """Early stopping's bookkeeping: the best score and a copy of the weights that reached it, the evaluations
+    since (``stopped`` after ``patience`` without improvement) and the history ``[{"step", "score"}]``."""
+
+    patience: int
+    score: float = -math.inf
+    state: dict[str, torch.Tensor] | None = None
+    bad_evals: int = 0
+    stopped: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def update(self, model: nn.Module, step: int, score: float) -> None:
+        """Record the evaluation ``score`` of ``model`` at ``step``."""
+        self.history.append({"step": step, "score": score})
+        if score > self.score:
+            self.score, self.bad_evals = score, 0
+            self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            self.bad_evals += 1
+            if self.bad_evals >= self.patience:
+                self.stopped = True
 
 
 def clone_model(model: nn.Module) -> nn.Module:

@@ -22,44 +22,24 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import methods
 from benchmark import store as store_mod
 from benchmark import tasks
 from benchmark.cli import main
 from benchmark.config import ConfigError, get_preset
 from benchmark.models import local_model_digest, model_revision
 from benchmark.report import ReportWarning, build_report
-from benchmark.runner import Runner, make_run_config
+from benchmark.runner import Runner
 from benchmark.store import REJECTED, RecordStore, append_jsonl, scan_jsonl
 from benchmark.summary import markdown, summarize
 from methods import HeadPruner, Interval, OptionError, PruningResult, register
 from methods.conformance import check_option_constraints
+from methods.registry import shipped_methods
 
 sys.path.insert(0, str(Path(__file__).parent))
+from smoke_runs import run_smoke, smoke_config, stable  # noqa: E402
 from test_report import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
 
-VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
-
-
-def _config(out, glue_dir, **kw):
-    args = dict(out=out, preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=None,
-                budget=None, device="cpu", data_dir=str(glue_dir), recover=False, progress=False)
-    args.update(kw)
-    return make_run_config(**args)
-
-
-def _run(out, glue_dir, **kw) -> Runner:
-    runner = Runner(_config(out, glue_dir, **kw))
-    try:
-        runner.run()
-    finally:
-        runner.close()
-    assert not runner.failures, runner.failures
-    return runner
-
-
-def _stable(records):
-    return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
+_config, _run, _stable = smoke_config, run_smoke, stable
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +206,7 @@ def test_bad_seeds_and_option_ranges_are_refused_before_any_training(glue_dir, t
     assert not (tmp_path / "o").exists()  # refused before the folder, the base fine-tune or runs.jsonl
 
 
-@pytest.mark.parametrize("name", sorted(methods.available_methods()))
+@pytest.mark.parametrize("name", sorted(shipped_methods()))
 def test_every_registered_method_declares_and_enforces_its_option_ranges(name):
     check_option_constraints(name)
 

@@ -18,34 +18,24 @@ import torch
 from benchmark import training
 from benchmark.cli import main
 from benchmark.config import ConfigError
-from benchmark.runner import Runner, make_run_config
+from benchmark.runner import Runner
 from benchmark.store import RecordStore
 from methods import HeadPruner, PruningResult, register
+from smoke_runs import run_smoke, smoke_config, stable
 
 METHODS = "random,confidence,michel"
 TASKS = "wnli,mrpc"
-VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
 
 
 def _config(out, glue_dir, **kw):
-    args = dict(out=out, preset="smoke", methods_spec=METHODS, tasks_spec=TASKS, seeds=None, model=None, budget=None,
-                device="cpu", data_dir=str(glue_dir), recover=False, progress=False)
-    args.update(kw)
-    return make_run_config(**args)
+    return smoke_config(out, glue_dir, **{"methods_spec": METHODS, "tasks_spec": TASKS, **kw})
 
 
 def _run(out, glue_dir, **kw):
-    runner = Runner(_config(out, glue_dir, **kw))
-    try:
-        runner.run()
-    finally:
-        runner.close()
-    assert not runner.failures, runner.failures
-    return runner
+    return run_smoke(out, glue_dir, **{"methods_spec": METHODS, "tasks_spec": TASKS, **kw})
 
 
-def _stable(records):
-    return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
+_stable = stable
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +146,24 @@ def test_incomplete_last_line_is_repaired(tmp_path):
     assert [(b.line, b.reason) for b in store.rejected] == [(1, "not valid JSON")]
     assert [r["cell"] for r in store.records()] == ["a"] and path.read_text() == json.dumps({"cell": "a"}) + "\n"
     assert json.loads((tmp_path / "rejected.jsonl").read_text().splitlines()[-1])["text"] == "not json"
+
+
+def test_store_writes_a_record_as_its_dict_and_keys_first_schema_records_by_cell_key(tmp_path):
+    """RecordStore.add takes a Record and writes record.to_dict(); record_key builds a first-schema record's key
+    with CellKey (no opts part), as Record.from_dict migrates it."""
+    from benchmark.records import CellKey, Record
+    from benchmark.store import record_key
+
+    old = {"task": "wnli", "seed": 0, "method": "random", "condition": "prune-only", "score": 0.5,
+           "primary_metric": "accuracy", "budget": {"spec": "fraction:0.3", "achieved": 4}}
+    rec = Record.from_dict(old)
+    assert record_key(old) == rec.cell == str(CellKey("wnli", 0, "random", "fraction:0.3", "prune-only", None))
+    store = RecordStore(tmp_path)
+    store.add(rec)
+    store.add(rec)  # never twice
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [json.loads(json.dumps(rec.to_dict()))]
+    assert store.get(rec.cell) == rec.to_dict() and rec.cell in RecordStore(tmp_path)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")

@@ -1,0 +1,149 @@
+"""What ``bench run`` is asked to do: :class:`RunConfig`, resolved from the CLI's strings over a preset by
+:func:`make_run_config`, which checks every option (methods, tasks, seeds, budget, method options) before any
+model loads or trains.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import methods
+from benchmark import tasks
+from benchmark.config import Budget, ConfigError, Preset, get_preset, parse_budget
+
+MAX_SEED = 2**31 - 1
+"""Largest seed: a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)."""
+
+
+@dataclass
+class RunConfig:
+    """Everything ``bench run`` needs (CLI options resolved over a preset).
+
+    Attributes:
+        out: the run folder.
+        preset: the preset the defaults came from.
+        methods: method names, in the order given.
+        tasks: task names.
+        seeds: the seeds, each one paired replicate.
+        budget: the head budget of every method that needs one.
+        model: model alias, hub name or folder.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        data_dir: the GLUE folder, or None (``$GLUE_DIR``, else the hub).
+        recover: also run the ``prune+recover`` and ``control`` conditions.
+        match_per_layer: with ``matched:METHOD``, match the setter's per-layer counts too.
+        method_options: per method, its options (the preset's, overridden by the CLI's).
+        progress: show progress bars.
+    """
+
+    out: Path
+    preset: Preset
+    methods: list[str]
+    tasks: list[str]
+    seeds: list[int]
+    budget: Budget
+    model: str
+    device: str = "auto"
+    data_dir: str | None = None
+    recover: bool = False
+    match_per_layer: bool = False
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    progress: bool = True
+
+
+def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_spec: str, seeds: str | None,
+                    model: str | None, budget: str | None, device: str, data_dir: str | None, recover: bool,
+                    match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None,
+                    progress: bool = True) -> RunConfig:
+    """Resolve CLI strings over a preset into a :class:`RunConfig`.
+
+    ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
+    preset's.
+
+    Raises:
+        ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
+    """
+    p = get_preset(preset)
+    names = _method_names(methods_spec)
+    try:
+        task_names = [t.name for t in tasks.resolve_tasks(tasks_spec)]
+    except ValueError as exc:
+        raise ConfigError(f"--tasks: {exc}") from None
+    seed_list = list(p.seeds) if seeds is None else parse_seeds(seeds)
+    parsed_budget = parse_budget(budget or p.budget)
+    if match_per_layer and parsed_budget.kind != "matched":
+        raise ConfigError(f"--match-per-layer matches a budget setter's per-layer counts: it needs --budget "
+                          f"matched:METHOD, not {parsed_budget.label}")
+    return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
+                     budget=parsed_budget, model=model or p.model, device=device,
+                     data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
+                     method_options=_merge_options(p, names, method_options or {}), progress=progress)
+
+
+def _method_names(methods_spec: str) -> list[str]:
+    """``all`` (every registered method but the ablations) or the comma-separated names, each checked.
+
+    Raises:
+        ConfigError: an unknown name (with the closest known one) or no name at all.
+    """
+    if methods_spec.strip() == "all":  # every method but the ablations (name those explicitly)
+        names = [n for n, cls in methods.available_methods().items() if not cls.ablation_of]
+    else:
+        names = [m.strip() for m in methods_spec.split(",") if m.strip()]
+        for name in names:
+            try:
+                methods.get_method_class(name)
+            except methods.UnknownMethodError as exc:
+                raise ConfigError(f"--methods: {exc}") from None
+    if not names:
+        raise ConfigError("--methods: no method given")
+    return names
+
+
+def parse_seeds(seeds: str) -> list[int]:
+    """``"N"`` = seeds 0..N-1, or ``"a,b,c"``; each in ``[0, MAX_SEED]``, none twice.
+
+    Raises:
+        ConfigError: N = 0, not integers, no seed, a seed out of range or repeated; the message quotes the option.
+    """
+    if seeds.strip().isdigit() and "," not in seeds:
+        seed_list = list(range(int(seeds)))
+        if not seed_list:
+            raise ConfigError("--seeds 0: N is a count (seeds 0..N-1) and must be >= 1; for seed 0 alone write "
+                              "--seeds 1, for a list of seeds a,b,c (e.g. --seeds 0,4)")
+    else:
+        try:
+            seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        except ValueError:
+            raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
+        if not seed_list:
+            raise ConfigError(f"--seeds {seeds!r}: no seed given; expected N or a comma-separated list of integers")
+    bad = [s for s in seed_list if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ConfigError(f"--seeds {seeds}: every seed must be an integer in [0, {MAX_SEED}] (numpy and torch seed "
+                          f"generators take non-negative seeds), got {', '.join(map(str, bad))}")
+    repeated = sorted({s for s in seed_list if seed_list.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"--seeds {seeds}: seed(s) {', '.join(map(str, repeated))} given more than once; "
+                          f"a seed is one paired replicate, list each once")
+    return seed_list
+
+
+def _merge_options(preset: Preset, names: list[str], given: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The preset's method options, an ablation getting its parent's, overridden by the CLI's ``given`` ones.
+
+    Raises:
+        ConfigError: an option given for a method that is not in ``names``.
+    """
+    for m, opts in given.items():
+        if m not in names:
+            shown = ", ".join(f"{m}.{k}" for k in opts)
+            raise ConfigError(f"--option {shown}: method '{m}' is not in --methods ({', '.join(names)})")
+    merged = {m: dict(o) for m, o in preset.method_options.items()}
+    for name in names:  # an ablation gets the preset's sizing of the method it ablates
+        parent = methods.get_method_class(name).ablation_of
+        if parent in preset.method_options and name not in merged:
+            merged[name] = dict(preset.method_options[parent])
+    for m, opts in given.items():
+        merged.setdefault(m, {}).update(opts)
+    return merged

@@ -1,0 +1,35 @@
+"""Shared helpers of the runner tests: a smoke-preset run configuration on the real GLUE files, a finished run,
+and records without the fields that differ between two runs of the same cell."""
+from __future__ import annotations
+
+from typing import Any
+
+from benchmark.runner import Runner, make_run_config
+
+#: Record fields that differ between two runs of the same cell (timings, timestamps, the git commit).
+VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
+
+
+def smoke_config(out, glue_dir, **overrides: Any):
+    """``make_run_config`` for the smoke preset on CPU without progress bars; ``overrides`` replace any argument
+    (default methods ``random``, task ``wnli``)."""
+    args = dict(out=out, preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=None,
+                budget=None, device="cpu", data_dir=str(glue_dir), recover=False, progress=False)
+    args.update(overrides)
+    return make_run_config(**args)
+
+
+def run_smoke(out, glue_dir, **overrides: Any) -> Runner:
+    """Run :func:`smoke_config` to the end (closing the runner); fails the test if a cell failed."""
+    runner = Runner(smoke_config(out, glue_dir, **overrides))
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    assert not runner.failures, runner.failures
+    return runner
+
+
+def stable(records) -> dict[str, dict[str, Any]]:
+    """Records by cell key without the :data:`VOLATILE` fields."""
+    return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
