@@ -1,7 +1,6 @@
-"""The ``bench`` command line: ``bench run``, ``bench list``."""
+"""The ``bench`` command line: ``bench run``, ``bench list``, ``bench report``."""
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -150,13 +149,23 @@ def _finish(cfg, runner, report: bool, plots: bool) -> None:
         click.echo(f"report (tables, significance tests{', plots' if plots else ''}): {cfg.out}/report/")
 
 
-def _register_report() -> None:
-    from benchmark.report import report_cmd
+@main.command("report")
+@click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--against", default="original,auber", show_default=True,
+              help="Reference methods to compare every row with (comma-separated), or 'all' for every pair.")
+@click.option("--format", "formats", default="md,csv,tex", show_default=True, help="Any of md, csv, tex.")
+@click.option("--plots/--no-plots", default=True, show_default=True, help="PNG and PDF plots in REPORT_DIR/plots.")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="Report folder. Default: FIRST_DIR/report.")
+def report_cmd(folders, against, formats, plots, out) -> None:
+    """Significance tests, tables and plots of one or more run folders (combined)."""
+    from benchmark.report import build_report
 
-    main.add_command(report_cmd)
+    try:
+        build_report(list(folders), against=against, formats=formats, plots=plots, out=out)
+    except (OSError, ValueError) as exc:  # a missing folder, or a report folder that cannot be written
+        raise click.ClickException(str(exc)) from exc
 
-
-_register_report()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

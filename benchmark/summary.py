@@ -1,6 +1,9 @@
 """The end-of-run summary: task x method, the primary metric's mean +- sample SD over seeds, heads pruned,
 beside the unpruned original and the majority-class baseline. Written to ``DIR/summary.md`` and
 ``DIR/summary.csv`` and printed. (Significance tests and plots belong to ``bench report``.)
+
+Records become a frame through the report's loading (:mod:`benchmark.report.load`), the same code as every
+table of ``bench report``.
 """
 from __future__ import annotations
 
@@ -9,42 +12,26 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from benchmark.store import RECORDS, read_jsonl
-
-METRIC_SHORT = {"accuracy": "acc", "matthews_correlation": "MCC", "f1": "F1"}
-
-
-def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """One row per record with the scalar columns a table needs (scores in percent points)."""
-    rows = []
-    for r in records:
-        row = {"task": r["task"], "seed": r["seed"], "method": r["method"], "condition": r["condition"],
-               "budget": r["budget"]["spec"], "heads_pruned": r["heads_pruned"], "heads_total": r["heads_total"],
-               "primary_metric": r["primary_metric"], "score": 100 * r["score"],
-               "majority": 100 * r["majority_baseline"][r["primary_metric"]], "degenerate": r["degenerate"],
-               "base_failed": r.get("base_failed", False), "wall_s": r["cost"]["wall_s"],
-               "target": r["budget"].get("target")}
-        for name, value in r["metrics"].items():
-            row[f"metric:{name}"] = 100 * value
-        rows.append(row)
-    return pd.DataFrame(rows)
+from benchmark.records import METRIC_LABEL, ORIGINAL, PRUNE_ONLY, Record
+from benchmark.report.load import load_runs, records_frame
 
 
-def summarize(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """Task x (method, condition) table; mean and sample SD (ddof=1; NaN with one seed) over seeds.
+def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Task x (method, condition, budget) table of a report frame (:data:`benchmark.report.load.FRAME_COLUMNS`);
+    mean and sample SD (ddof=1; NaN with one seed) over seeds, in percent points.
 
-    Columns: task, metric, method, condition, budget, n, mean, sd, heads_pruned (mean), off_budget (seeds whose
-    pruned count differs from their target), degenerate (count), original (mean of the unpruned model), majority,
-    wall_s (mean).
+    Columns: task, metric, method, condition, budget, n, mean, sd, heads_pruned (mean), heads_total, off_budget
+    (seeds whose pruned count differs from their target), degenerate (count), original (mean of the unpruned
+    model), majority, wall_s (mean). Empty for an empty frame.
     """
-    df = records_frame(records)
-    if df.empty:
+    if frame.empty:
         return pd.DataFrame()
+    df = frame.assign(score=100 * frame.score, majority=100 * frame.majority)
     out = []
     for (task, method, condition, budget), g in df.groupby(["task", "method", "condition", "budget"], sort=False):
-        orig = df[(df.task == task) & (df.method == "original") & (df.condition == "prune-only")]
+        orig = df[(df.task == task) & (df.method == ORIGINAL) & (df.condition == PRUNE_ONLY)]
         out.append({
-            "task": task, "metric": METRIC_SHORT.get(g.primary_metric.iloc[0], g.primary_metric.iloc[0]),
+            "task": task, "metric": METRIC_LABEL.get(g.metric.iloc[0], g.metric.iloc[0]),
             "method": method, "condition": condition, "budget": budget, "n": len(g),
             "mean": g.score.mean(), "sd": g.score.std(ddof=1) if len(g) > 1 else float("nan"),
             "heads_pruned": g.heads_pruned.mean(), "heads_total": int(g.heads_total.iloc[0]),
@@ -53,9 +40,17 @@ def summarize(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
             "majority": g.majority.iloc[0], "wall_s": g.wall_s.mean(),
         })
     table = pd.DataFrame(out)
-    order = {"original": 0}
-    table["_o"] = table.method.map(lambda m: order.get(m, 1))
+    table["_o"] = table.method.map(lambda m: 0 if m == ORIGINAL else 1)
     return table.sort_values(["task", "_o", "method", "condition"]).drop(columns="_o").reset_index(drop=True)
+
+
+def summarize(records: Iterable[Record | dict[str, Any]]) -> pd.DataFrame:
+    """:func:`summary_table` of ``records`` (dicts are read through :meth:`Record.from_dict`).
+
+    Raises:
+        ValueError: a dict that is not a record.
+    """
+    return summary_table(records_frame(records))
 
 
 def _fmt(row: pd.Series) -> str:
@@ -79,9 +74,15 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def write_summary(folder: Path, header: str = "") -> pd.DataFrame:
-    """Read ``folder/records.jsonl``, write ``summary.md`` and ``summary.csv``; returns the table."""
+    """Read the run folder ``folder`` (:func:`benchmark.report.load.load_runs`), write ``summary.md`` and
+    ``summary.csv``; returns the table.
+
+    Raises:
+        FileNotFoundError: ``folder`` is not a run folder.
+        OSError: the files cannot be written.
+    """
     folder = Path(folder)
-    table = summarize(read_jsonl(folder / RECORDS))
+    table = summary_table(load_runs([folder]).frame)
     note = ("Scores in percent points (MCC x 100 for CoLA): mean ± sample SD over n seeds, on the GLUE dev split. "
             "WNLI's dev set is adversarial: compare it with its majority baseline, and keep it out of averages.\n")
     (folder / "summary.md").write_text((header + "\n\n" if header else "") + note + "\n" + markdown(table))

@@ -1,0 +1,329 @@
+"""The analysis: per (task, condition group) table, each row's statistics and every paired comparison, as plain
+dataclasses (:class:`GroupResult`, :class:`UnitStats`, :class:`Comparison`). Numbers here are percent points
+(MCC x 100) except where a field says otherwise; nothing here formats text.
+
+Choices where the issue is silent:
+
+* Condition groups: ``prune-only`` (rows: its units) and ``prune+recover`` (rows: original prune-only, control,
+  the prune+recover units); the Holm family is one (task, group) table, so prune-only results do not change
+  when a recover run is added. In the prune+recover group each unit is also compared with ``control``.
+* Reference choice for "vs X": X's unit with the same budget and condition, else X's only unit in the group.
+* ``against="all"``: every pair of rows (the later row minus the earlier one), all in one Holm family.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from benchmark import stats
+from benchmark.records import CONTROL, CONTROL_NAME, ORIGINAL, PRUNE_ONLY, RECOVER, Record
+from benchmark.report.load import RunData
+from benchmark.report.units import Unit, sorted_units, task_key
+
+__all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
+           "TwoLevel", "Unit", "UnitStats", "analyse", "comparison_pairs", "pick_reference"]
+
+GROUPS = (PRUNE_ONLY, RECOVER)
+VIEWS = ("all", "clean")
+"""The two seed sets of every statistic: all seeds, and the seeds without a degenerate / base-failed side."""
+DEFAULT_AGAINST = (ORIGINAL, "auber")
+"""The references every row is compared with unless the caller names others."""
+ALPHA = 0.05
+"""Significance level of the Holm-adjusted exact p-values (table markers, ``significant`` column)."""
+
+
+@dataclass
+class UnitStats:
+    """One row's scores over its seeds, in percent points.
+
+    ``n``/``mean``/``sd`` over all seeds (sample SD, NaN with one seed), ``ci_low``/``ci_high`` the Student-t 95% CI
+    of the mean; ``*_clean`` the same without degenerate / base-failed seeds. ``heads_pruned`` and ``wall_s`` are
+    means; ``degenerate``/``base_failed`` counts; ``scores`` maps seed -> score; ``target`` the mean head target
+    over the seeds that had one (NaN for none); ``off_budget`` the seeds whose pruned count differs from it.
+    """
+
+    n: int
+    mean: float
+    sd: float
+    ci_low: float
+    ci_high: float
+    n_clean: int
+    mean_clean: float
+    sd_clean: float
+    heads_pruned: float
+    degenerate: int
+    base_failed: int
+    scores: dict[int, float]
+    wall_s: float
+    base_failed_seeds: list[int]
+    target: float
+    off_budget: int
+
+    def view(self, which: str) -> tuple[int, float, float]:
+        """(n, mean, sd) over ``which`` seeds: ``"all"`` or ``"clean"``."""
+        return (self.n, self.mean, self.sd) if which == "all" else (self.n_clean, self.mean_clean, self.sd_clean)
+
+
+@dataclass
+class PairedStats:
+    """Seed-level statistics of one paired comparison ``target - reference`` (:func:`benchmark.stats.compare`):
+    differences, bootstrap CI and means in percent points, ``p_exact`` the sign-flip p (not adjusted)."""
+
+    n: int
+    mean_a: float
+    sd_a: float
+    mean_b: float
+    sd_b: float
+    mean_diff: float
+    sd_diff: float
+    ci_low: float
+    ci_high: float
+    p_exact: float
+    exact: bool
+    p_min: float
+    wilcoxon_stat: float
+    p_wilcoxon: float
+    t_stat: float
+    p_t: float
+    notes: str
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> "PairedStats":
+        """From :func:`benchmark.stats.compare`'s dict (keys it adds later are ignored)."""
+        return cls(**{f.name: values[f.name] for f in fields(cls)})
+
+
+@dataclass
+class TwoLevel:
+    """Two-level (seeds, then dev examples) bootstrap of a mean difference, percent points; ``note`` says why
+    the numbers are NaN (no predictions in the records, different dev labels, ...)."""
+
+    estimate: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    note: str = ""
+
+
+@dataclass
+class SeedView:
+    """A comparison over one seed set: its statistics, two-level CI and Holm-adjusted exact p (within the table)."""
+
+    stats: PairedStats
+    two_level: TwoLevel
+    p_holm: float = math.nan
+
+
+@dataclass
+class Comparison:
+    """``target - reference`` paired by seed; ``kind`` is the reference's name (``original``, ``auber``,
+    ``control``, ...) or ``"pair"`` (``against="all"``); ``bad`` flags per common seed the pairs with a degenerate
+    or base-failed side, left out of the ``clean`` view (``n_excluded`` of them)."""
+
+    target: Unit
+    reference: Unit
+    kind: str
+    seeds: list[int]
+    bad: list[bool]
+    n_excluded: int
+    all: SeedView
+    clean: SeedView
+
+    def view(self, which: str) -> SeedView:
+        """The ``"all"`` or ``"clean"`` seed set's view."""
+        return self.all if which == "all" else self.clean
+
+
+@dataclass
+class GroupResult:
+    """Statistics of one (task, condition group) table: its rows (``units``, table order), each row's
+    :class:`UnitStats`, and its comparisons (one Holm family). ``majority`` in percent points;
+    ``heads_total`` the model's head count."""
+
+    task: str
+    group: str
+    metric: str
+    heads_total: float
+    majority: float
+    seeds: list[int]
+    units: list[Unit]
+    unit_stats: dict[Unit, UnitStats]
+    comparisons: list[Comparison]
+
+    @property
+    def references(self) -> list[str]:
+        """The reference names (comparison kinds other than "pair") of this table, in order of appearance."""
+        return list(dict.fromkeys(c.kind for c in self.comparisons if c.kind != "pair"))
+
+    def comparison(self, target: Unit, kind: str) -> Comparison | None:
+        """The comparison of ``target`` with reference ``kind``, if any."""
+        return next((c for c in self.comparisons if c.target == target and c.kind == kind), None)
+
+
+# --------------------------------------------------------------------------- which comparisons
+
+
+def pick_reference(target: Unit, refs: list[Unit]) -> Unit | None:
+    """The reference row for ``target`` among one reference method's rows ``refs``: the one with the same
+    budget and condition, else the only one with the same condition, else the only one; None if ambiguous."""
+    same = [r for r in refs if r.budget == target.budget and r.condition == target.condition]
+    if len(same) == 1:
+        return same[0]
+    cond = [r for r in refs if r.condition == target.condition]
+    if len(cond) == 1:
+        return cond[0]
+    return refs[0] if len(refs) == 1 else None
+
+
+def _all_pairs(units: list[Unit]) -> list[tuple[Unit, Unit, str]]:
+    """Every pair once; the reference is the earlier row unless the later row is a named reference."""
+    rank = {name: i for i, name in enumerate((ORIGINAL, CONTROL_NAME, *DEFAULT_AGAINST[1:]))}
+    pairs = []
+    for i in range(len(units)):
+        for j in range(i + 1, len(units)):
+            target, ref = units[j], units[i]
+            if rank.get(target.name, 9) < rank.get(ref.name, 9):
+                target, ref = ref, target
+            pairs.append((target, ref, ref.name if ref.name in rank else "pair"))
+    return pairs
+
+
+def comparison_pairs(units: list[Unit], group: str, against: Sequence[str] | str) -> list[tuple[Unit, Unit, str]]:
+    """(target, reference, kind) of every comparison of a table; ``kind`` is the reference name or "pair".
+
+    ``against``: reference method names, or ``"all"`` (or a sequence holding it) for every pair of rows. In the
+    prune+recover group ``control`` is always a reference.
+    """
+    if against == "all" or (not isinstance(against, str) and "all" in against):
+        return _all_pairs(units)
+    names = [against] if isinstance(against, str) else list(against)
+    if group == RECOVER and CONTROL_NAME not in names:
+        names.append(CONTROL_NAME)
+    pairs: list[tuple[Unit, Unit, str]] = []
+    seen: set[tuple[Unit, Unit]] = set()
+    for name in names:
+        refs = [u for u in units if u.name == name and (name != ORIGINAL or u.condition == PRUNE_ONLY)]
+        for target in units if refs else ():
+            if target.name == name or (name != ORIGINAL and target.name in (ORIGINAL, CONTROL_NAME)):
+                continue
+            ref = refs[0] if name == ORIGINAL else pick_reference(target, refs)
+            if ref is None or (target, ref) in seen:
+                continue
+            seen.add((target, ref))
+            pairs.append((target, ref, name))
+    return pairs
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def unit_stats(g: pd.DataFrame) -> UnitStats:
+    """:class:`UnitStats` of one unit's rows of the frame (one row per seed, sorted by seed)."""
+    pp = 100 * g.score.to_numpy()
+    clean = ~(g.degenerate.to_numpy() | g.base_failed.to_numpy())
+    d_all, d_clean = stats.describe(pp), stats.describe(pp[clean])
+    low, high = stats.mean_ci_t(pp)
+    target = pd.to_numeric(g.target, errors="coerce")
+    pruned = pd.to_numeric(g.heads_pruned, errors="coerce")
+    has = target.notna()
+    return UnitStats(n=d_all["n"], mean=d_all["mean"], sd=d_all["sd"], ci_low=low, ci_high=high,
+                     n_clean=d_clean["n"], mean_clean=d_clean["mean"], sd_clean=d_clean["sd"],
+                     heads_pruned=float(pd.to_numeric(g.heads_pruned).mean()),
+                     degenerate=int(g.degenerate.sum()), base_failed=int(g.base_failed.sum()),
+                     scores=dict(zip(g.seed.astype(int), pp)), wall_s=float(pd.to_numeric(g.wall_s).mean()),
+                     base_failed_seeds=sorted(int(x) for x in g.seed[g.base_failed.astype(bool)]),
+                     target=float(target[has].mean()) if has.any() else math.nan,
+                     off_budget=int((has & (pruned != target)).sum()))
+
+
+def _predictions(records: list[Record], rows: pd.DataFrame) -> tuple[list, list] | None:
+    """(predictions, labels) per row's record; None when a record has none."""
+    preds, labels = [], []
+    for i in rows.rec:
+        r = records[int(i)]
+        if not r.predictions or not r.labels:
+            return None
+        preds.append(r.predictions)
+        labels.append(r.labels)
+    return preds, labels
+
+
+def _two_level(pa: tuple | None, pb: tuple | None, keep: np.ndarray, metric: str, n_boot: int,
+               seed: int) -> TwoLevel:
+    """The two-level bootstrap over the kept seeds (percent points), or NaNs with the reason."""
+    if pa is None or pb is None or metric not in stats.METRICS:
+        return TwoLevel(note="no predictions in the records")
+    sel = np.flatnonzero(keep)
+    try:
+        if any(list(pa[1][i]) != list(pb[1][i]) for i in sel):
+            raise ValueError("the two records of a seed hold different dev labels")
+        two = stats.two_level_bootstrap([pa[0][i] for i in sel], [pb[0][i] for i in sel],
+                                        [pa[1][i] for i in sel], metric, n_boot=n_boot, seed=seed)
+    except ValueError as exc:  # e.g. the two records of a seed scored different dev sets
+        return TwoLevel(note=str(exc))
+    return TwoLevel(100 * two["estimate"], 100 * two["low"], 100 * two["high"], two.get("note", ""))
+
+
+def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind: str, metric: str, n_boot: int,
+                  n_boot_examples: int, seed: int) -> Comparison:
+    """The :class:`Comparison` ``target - ref`` over their common seeds in ``df`` (one table's frame); the Holm
+    p-values are left NaN (set by :func:`analyse` over the whole table)."""
+    a = df[df.unit == target].set_index("seed")
+    b = df[df.unit == ref].set_index("seed")
+    common = sorted(set(a.index) & set(b.index))
+    a, b = a.loc[common], b.loc[common]
+    bad = (a.degenerate.to_numpy() | a.base_failed.to_numpy() | b.degenerate.to_numpy() | b.base_failed.to_numpy())
+    res = stats.compare_with_without(100 * a.score.to_numpy(), 100 * b.score.to_numpy(), bad, n_boot=n_boot, seed=seed)
+    pa, pb = _predictions(data.records, a.reset_index()), _predictions(data.records, b.reset_index())
+    two_all = _two_level(pa, pb, np.ones(len(common), bool), metric, n_boot_examples, seed)
+    # no seed excluded: the same resamples
+    two_clean = two_all if (~bad).all() else _two_level(pa, pb, ~bad, metric, n_boot_examples, seed)
+    return Comparison(target=target, reference=ref, kind=kind, seeds=common, bad=bad.tolist(),
+                      n_excluded=res["n_excluded"], all=SeedView(PairedStats.of(res["all"]), two_all),
+                      clean=SeedView(PairedStats.of(res["clean"]), two_clean))
+
+
+def _group_frames(tdf: pd.DataFrame):
+    """(group, frame) of each condition group of one task's frame that has rows."""
+    for group in GROUPS:
+        if group == PRUNE_ONLY:
+            gdf = tdf[tdf.condition == PRUNE_ONLY]
+        else:
+            if not tdf.condition.isin([RECOVER, CONTROL]).any():
+                continue
+            gdf = tdf[tdf.condition.isin([RECOVER, CONTROL]) | (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)]
+        if not gdf.empty:
+            yield group, gdf
+
+
+def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boot: int = 10_000,
+            n_boot_examples: int = 1000, seed: int = 0) -> list[GroupResult]:
+    """Statistics of every (task, condition group) in ``data``, tasks in report order; Holm within each group.
+
+    Args:
+        data: the loaded runs (:func:`benchmark.report.load.load_runs`).
+        against: reference method names, or ``"all"`` for every pair of rows (:func:`comparison_pairs`).
+        n_boot: bootstrap replicates over seeds; ``n_boot_examples``: of the two-level bootstrap; ``seed``: their
+            RNG seed (the same for every comparison).
+    """
+    results: list[GroupResult] = []
+    df = data.frame
+    for task in sorted(df.task.unique(), key=task_key) if not df.empty else ():
+        for group, gdf in _group_frames(df[df.task == task]):
+            units = sorted_units(gdf.unit.unique())
+            metric = gdf.metric.iloc[0]
+            comparisons = [compare_units(data, gdf, target, ref, kind, metric, n_boot, n_boot_examples, seed)
+                           for target, ref, kind in comparison_pairs(units, group, against)]
+            for which in VIEWS:
+                adjusted, _ = stats.holm([c.view(which).stats.p_exact for c in comparisons])
+                for c, p in zip(comparisons, adjusted):
+                    c.view(which).p_holm = float(p)
+            results.append(GroupResult(
+                task=task, group=group, metric=metric, heads_total=float(pd.to_numeric(gdf.heads_total).max()),
+                majority=100 * float(gdf.majority.median()), seeds=sorted(int(s) for s in gdf.seed.unique()),
+                units=units, unit_stats={u: unit_stats(gdf[gdf.unit == u].sort_values("seed")) for u in units},
+                comparisons=comparisons))
+    return results

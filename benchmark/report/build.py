@@ -1,0 +1,98 @@
+"""``build_report``: load, analyse, tabulate, plot, write. Every step is a call into one module of the package."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import click
+
+from benchmark.report import cells, document, tables
+from benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
+from benchmark.report.crosstask import cross_task_summary
+from benchmark.report.load import RunData, load_runs
+from benchmark.report.plots import make_plots
+
+FORMATS = ("md", "csv", "tex")
+
+
+def parse_list(value: str | Sequence[str] | None, default: Sequence[str]) -> tuple[str, ...]:
+    """A comma-separated string or a sequence as lower-case names without blanks; ``default`` for None."""
+    if value is None:
+        return tuple(default)
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(x.strip().lower() for x in items if x and x.strip())
+
+
+def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | None) -> document.Frames:
+    """Everything beside the per-task tables (:class:`document.Frames`); the plots drawn into ``plots_dir``
+    (none when it is None or there are no results)."""
+    return document.Frames(summary=cross_task_summary(results), comparisons=tables.comparisons_frame(results),
+                           cost=cells.cost_frame(data), walls=cells.wall_per_seed(data),
+                           missing=cells.missing_frame(data), option_sets=cells.option_sets(data),
+                           plots=make_plots(data, results, plots_dir) if plots_dir and results else [])
+
+
+def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames) -> None:
+    """``scores.csv``, ``comparisons.csv``, ``summary.csv``, ``cost.csv``, ``wall_per_seed.csv``, ``missing.csv``
+    and, where a method ran with several option sets, ``option_sets.csv``.
+
+    Raises:
+        OSError: a file cannot be written.
+    """
+    tables.scores_frame(results).to_csv(out_dir / "scores.csv", index=False)
+    frames.comparisons.to_csv(out_dir / "comparisons.csv", index=False)
+    tables.summary_numbers(frames.summary).to_csv(out_dir / "summary.csv", index=False)
+    frames.cost.to_csv(out_dir / "cost.csv", index=False)
+    frames.walls.to_csv(out_dir / "wall_per_seed.csv", index_label="method")
+    frames.missing.to_csv(out_dir / "missing.csv", index=False)
+    if not frames.option_sets.empty:
+        frames.option_sets.to_csv(out_dir / "option_sets.csv", index=False)
+
+
+def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[str] | str = DEFAULT_AGAINST,
+                 formats: Sequence[str] | str = FORMATS, plots: bool = True, out: str | Path | None = None,
+                 echo: bool = True, n_boot: int = 10_000, n_boot_examples: int = 1000, seed: int = 0) -> Path:
+    """Build the report of one or more run folders; returns the report folder.
+
+    Args:
+        folders: run folder(s) holding ``records.jsonl`` (combined; duplicate cells kept once, warned).
+        against: reference method names (``original``, ``auber``, any method) or ``"all"`` (every pair); a list
+            or a comma-separated string.
+        formats: any of ``md``, ``csv``, ``tex`` (list or comma-separated string).
+        plots: write PNG and PDF plots to ``REPORT_DIR/plots``.
+        out: report folder (default ``<first folder>/report``).
+        echo: print the Markdown report.
+        n_boot, n_boot_examples, seed: bootstrap replicates (seed level; two-level) and their RNG seed.
+
+    Raises:
+        FileNotFoundError: a run folder does not exist, or is not a run folder.
+        ValueError: no folder, or an unknown format.
+        OSError: the report folder cannot be written.
+    """
+    folders = [Path(f) for f in ([folders] if isinstance(folders, (str, Path)) else folders)]
+    if not folders:
+        raise ValueError("no run folder given")
+    fmts = parse_list(formats, FORMATS)
+    bad = sorted(set(fmts) - set(FORMATS))
+    if bad:
+        raise ValueError(f"unknown format(s) {', '.join(bad)}; known: {', '.join(FORMATS)}")
+    references = parse_list(against, DEFAULT_AGAINST)
+    out_dir = Path(out) if out is not None else folders[0] / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    data = load_runs(folders)
+    results = analyse(data, against="all" if "all" in references else references, n_boot=n_boot,
+                      n_boot_examples=n_boot_examples, seed=seed)
+    frames = compute_frames(data, results, out_dir / "plots" if plots else None)
+    text = document.markdown(data, results, frames)
+
+    if "md" in fmts:
+        (out_dir / "report.md").write_text(text, encoding="utf-8")
+    if "csv" in fmts:
+        write_csv(out_dir, results, frames)
+    if "tex" in fmts:
+        (out_dir / "tables.tex").write_text(document.latex(results, frames), encoding="utf-8")
+    if echo:
+        click.echo(text)
+        click.echo(f"report written to {out_dir}")
+    return out_dir

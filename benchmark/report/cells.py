@@ -1,0 +1,154 @@
+"""Per-cell views of the loaded runs, as numeric frames: missing and failed cells, option sets, cost per cell,
+wall seconds per (task, seed). Cell keys are parsed with :class:`benchmark.records.CellKey` only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmark.records import CellKey
+from benchmark.report.load import RunData, opts_of, parse_key
+from benchmark.report.units import sorted_methods, sorted_units, task_key
+
+OTHER_OPTIONS = "ran with other options"
+"""Status of a planned cell that has a record only under another options hash of its method."""
+MISSING_COLUMNS = ["task", "seed", "method", "budget", "condition", "status", "error"]
+
+
+def _without_opts(key: CellKey | None) -> CellKey | None:
+    """The cell a key names, whatever options its method ran with."""
+    return None if key is None else dataclasses.replace(key, opts=None)
+
+
+def _missing_row(key: CellKey, status: str, error: str, method: str | None = None) -> dict[str, Any]:
+    return {"task": key.task, "seed": key.seed, "method": method or key.method, "budget": key.budget,
+            "condition": key.condition, "status": status, "error": error}
+
+
+def missing_frame(data: RunData) -> pd.DataFrame:
+    """Cells a ``bench run`` planned (``runs.jsonl``) that have no record, and failed cells (``failures.jsonl``).
+
+    A folder without ``runs.jsonl`` (made by an older runner) falls back to the grid tasks x seeds x units seen
+    in it. Columns :data:`MISSING_COLUMNS`: task, seed, method, budget, condition, status ("missing", "failed",
+    or :data:`OTHER_OPTIONS`: the cell has a record, but under another options hash than the planned one), error.
+    """
+    rows = _missing_from_plans(data) if data.planned else _missing_from_grid(data)
+    return pd.DataFrame(rows, columns=MISSING_COLUMNS)
+
+
+def _failure_key(f: dict[str, Any]) -> CellKey:
+    """A failure's cell key; for a failure without a readable one, its own fields with budget ``?``."""
+    return parse_key(str(f.get("cell", ""))) or CellKey(f.get("task"), f.get("seed"), f.get("method"), "?",
+                                                        f.get("condition", "?"))
+
+
+def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
+    present = {r.cell for r in data.records}
+    # a planned cell whose (task, seed, method, budget, condition) has a record under another options hash was
+    # planned by a command run with other method options (e.g. before a preset's sizing changed)
+    present_cells = {_without_opts(parse_key(r.cell)) for r in data.records}
+    failed = {f.get("cell"): f for f in data.failures}
+    rows, seen = [], set()
+    for keys in data.planned.values():
+        for text in keys:
+            key = parse_key(text)
+            if text in present or text in seen or key is None:
+                continue
+            seen.add(text)
+            f = failed.get(text)
+            status = "failed" if f else OTHER_OPTIONS if _without_opts(key) in present_cells else "missing"
+            rows.append(_missing_row(key, status, (f or {}).get("error", "")))
+    for text, f in failed.items():
+        if text not in seen and text not in present:
+            rows.append(_missing_row(_failure_key(f), "failed", f.get("error", "")))
+    return rows
+
+
+def _missing_from_grid(data: RunData) -> list[dict[str, Any]]:
+    df = data.frame
+    failed = {_without_opts(_failure_key(f)): f for f in data.failures}
+    rows, matched = [], set()
+    units = sorted_units(df.unit.unique()) if not df.empty else []
+    present = set(zip(df.task, df.seed, df.unit))
+    for task in sorted(df.task.unique(), key=task_key) if not df.empty else ():
+        for seed in sorted(df.seed.unique()):
+            for u in units:
+                if (task, seed, u) in present:
+                    continue
+                key = CellKey(task, int(seed), u.method, u.budget, u.condition, None)
+                f = failed.get(key)
+                if f is None:  # failures from an older runner without the budget in the key
+                    f = next((v for k, v in failed.items() if (k.task, k.seed, k.method, k.condition)
+                              == (task, int(seed), u.method, u.condition)), None)
+                if f is not None:
+                    matched.add(id(f))
+                rows.append(_missing_row(key, "failed" if f else "missing", (f or {}).get("error", ""), u.name))
+    for key, f in failed.items():
+        if id(f) not in matched:
+            rows.append(_missing_row(key, "failed", f.get("error", "")))
+    return rows
+
+
+def option_sets(data: RunData) -> pd.DataFrame:
+    """The methods that ran with several option sets: one row per (method, options hash) with its record count
+    and the options whose values differ between that method's sets (``name=value``, from ``method_options``).
+
+    Columns: method, opts, records, differs. Empty when every method ran with one option set.
+    """
+    sets: dict[str, dict[str, dict[str, Any]]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for r in data.records:
+        opts = opts_of(r)
+        sets.setdefault(r.method, {}).setdefault(opts, r.method_options)
+        counts[(r.method, opts)] = counts.get((r.method, opts), 0) + 1
+    rows = []
+    for method in sorted_methods(list(sets)):
+        by_hash = sets[method]
+        if len(by_hash) < 2:
+            continue
+        keys = sorted({k for o in by_hash.values() for k in o})
+        differing = [k for k in keys if len({json.dumps(o.get(k), sort_keys=True) for o in by_hash.values()}) > 1]
+        for opts, options in sorted(by_hash.items()):
+            rows.append({"method": method, "opts": opts, "records": counts[(method, opts)],
+                         "differs": ", ".join(f"{k}={json.dumps(options.get(k))}" for k in differing) or "—"})
+    return pd.DataFrame(rows, columns=["method", "opts", "records", "differs"])
+
+
+def wall_per_seed(data: RunData) -> pd.DataFrame:
+    """Wall seconds of every cell, one row per unit (index: its label) and one column per ``task/seed`` (e.g.
+    ``mrpc/s0``); NaN where the cell is missing. Rows in the report's order; columns by task, seed."""
+    df = data.frame
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(column=[f"{t}/s{int(s)}" for t, s in zip(df.task, df.seed)],
+                   row=[u.label for u in df.unit],
+                   wall=pd.to_numeric(df.wall_s, errors="coerce"))
+    table = df.pivot_table(index="row", columns="column", values="wall", aggfunc="first", sort=False)
+    order = {c: (task_key(t), int(s)) for c, t, s in zip(df.column, df.task, df.seed)}
+    return table.reindex(index=[u.label for u in sorted_units(df.unit)], columns=sorted(table.columns, key=order.get))
+
+
+def cost_frame(data: RunData) -> pd.DataFrame:
+    """Per (task, unit), in report order: n cells, wall seconds per cell (mean, SD; NaN SD for one cell), pruning
+    seconds and forward / backward examples (means), devices (comma-joined). Columns: task, method, budget,
+    condition, opts, n, wall_s_mean, wall_s_sd, prune_wall_s_mean, forward_examples_mean, backward_examples_mean,
+    device."""
+    df = data.frame
+    if df.empty:
+        return pd.DataFrame()
+    rows = []
+    for (task, unit), g in df.groupby(["task", "unit"], sort=False):
+        wall = pd.to_numeric(g.wall_s, errors="coerce").to_numpy(float)
+        rows.append({"task": task, "method": unit.name, "budget": unit.budget, "condition": unit.condition,
+                     "opts": unit.opts or "", "n": len(g), "wall_s_mean": np.nanmean(wall) if len(wall) else math.nan,
+                     "wall_s_sd": np.nanstd(wall, ddof=1) if len(wall) > 1 else math.nan,
+                     "prune_wall_s_mean": pd.to_numeric(g.prune_wall_s, errors="coerce").mean(),
+                     "forward_examples_mean": pd.to_numeric(g.forward_examples, errors="coerce").mean(),
+                     "backward_examples_mean": pd.to_numeric(g.backward_examples, errors="coerce").mean(),
+                     "device": ",".join(sorted({str(d) for d in g.device if d})), "_key": (task_key(task), unit.sort_key)})
+    return pd.DataFrame(rows).sort_values("_key").drop(columns="_key").reset_index(drop=True)

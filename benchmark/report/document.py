@@ -1,0 +1,166 @@
+"""The report's documents: ``report.md`` (sections of text around the tables of :mod:`benchmark.report.tables`)
+and ``tables.tex`` (the same tables as booktabs floats). Each ``*_section`` function returns Markdown lines,
+joined with newlines by :func:`markdown`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from benchmark import stats
+from benchmark.records import PRUNE_ONLY
+from benchmark.report import tables
+from benchmark.report.analysis import GroupResult
+from benchmark.report.cells import OTHER_OPTIONS
+from benchmark.report.crosstask import CrossTaskSummary
+from benchmark.report.load import RunData
+from benchmark.report.units import task_label
+from benchmark.store import REJECTED
+
+TEX_HEADER = ("% bench report tables; needs \\usepackage{booktabs}. Wide tables: wrap the tabular in "
+              "\\resizebox{\\textwidth}{!}{...} (graphicx) or use table*.\n")
+
+
+@dataclass
+class Frames:
+    """What the documents show beyond the per-task tables: the cross-task ``summary``, the long form of every
+    comparison ``comparisons`` (:func:`tables.comparisons_frame`), the numeric ``cost`` frame, wall seconds per
+    (task, seed) ``walls``, the ``missing`` cells, the ``option_sets`` and the ``plots`` written (PNG and PDF)."""
+
+    summary: CrossTaskSummary
+    comparisons: pd.DataFrame
+    cost: pd.DataFrame
+    walls: pd.DataFrame
+    missing: pd.DataFrame
+    option_sets: pd.DataFrame
+    plots: list[Path]
+
+
+def table_label(r: GroupResult) -> str:
+    """The LaTeX label of a (task, group) table, e.g. ``tab:mrpc`` or ``tab:mrpc-recover``."""
+    return f"tab:{r.task}" + ("" if r.group == PRUNE_ONLY else "-recover")
+
+
+def _has_clean_view(r: GroupResult) -> bool:
+    return any(c.n_excluded for c in r.comparisons) or any(s.n != s.n_clean for s in r.unit_stats.values())
+
+
+def header_section(data: RunData, results: list[GroupResult]) -> list[str]:
+    """Title, folders and record count, how to read scores, unreadable lines, and what the seeds can show."""
+    md = ["# Head-pruning benchmark report\n",
+          f"Run folder(s): {', '.join(f'`{f}`' for f in data.folders)}. Records: {len(data.records)}"
+          + (f" ({len(data.duplicates)} duplicate cell(s) ignored)" if data.duplicates else "")
+          + (f"; {len(data.broken)} unreadable line(s) skipped (listed below)" if data.broken else "") + ".  ",
+          "Scores: the task's primary metric on the GLUE dev split in percent points (MCC × 100 for CoLA), "
+          "mean ± sample SD over n seeds. Comparisons are paired by seed (same base model); Δ = row − reference.\n"]
+    if data.broken:
+        md.append(f"**Unreadable lines, skipped.** A record's cell among them is listed as missing; the next "
+                  f"`bench run` into the folder moves each line to `{REJECTED}` (kept there, not deleted) and "
+                  f"computes the missing cells again:\n")
+        md += [f"- `{b.path}` line {b.line}: {b.reason}" for b in data.broken] + [""]
+    ns = sorted({len(r.seeds) for r in results})
+    if not ns:
+        return md + ["**No finished cells yet.**\n"]
+    return md + ["**What these seeds can show.** " + "; ".join(
+        f"n = {n} seed{'s' if n != 1 else ''}: smallest exact two-sided p = {tables.p_text(stats.min_exact_p(n))}"
+        for n in ns) + ". Exact paired tests cannot give p < 2/2^n (5 seeds never reach p < .05; protocol.md §5).\n"]
+
+
+def task_sections(results: list[GroupResult]) -> list[str]:
+    """Each (task, group) table with its notes, and its clean view where some seed was left out."""
+    md: list[str] = []
+    for r in results:
+        md += [f"## {tables.group_title(r)}\n", tables.md_table(tables.task_table(r))]
+        md += [f"- {n}" for n in tables.table_notes(r, "all")] + [""]
+        if _has_clean_view(r):
+            md += [f"**{task_label(r.task)} without degenerate / base-failed seeds** (a seed leaves a comparison "
+                   "when either side is degenerate or its base model failed; protocol.md §6):\n",
+                   tables.md_table(tables.task_table(r, "clean"))]
+            md += [f"- {n}" for n in tables.table_notes(r, "clean") if n.startswith(("p:", "No "))] + [""]
+    return md
+
+
+def option_sets_section(sets: pd.DataFrame) -> list[str]:
+    """The methods that ran with several option sets (nothing when none did)."""
+    if sets.empty:
+        return []
+    return ["## Option sets\n", "Some methods ran with more than one option set; each of their rows above and "
+            "below carries `opts=HASH` (the first 12 hex digits of the options' hash, as in the records' cell "
+            "keys). Rows of different option sets are different configurations, not seeds of one:\n",
+            tables.md_table(sets), ""]
+
+
+def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
+    """Cross-task summary, every comparison in long form, cost, and wall seconds per (task, seed)."""
+    md = ["## Cross-task summary (WNLI left out of the averages)\n", tables.md_table(tables.summary_text(frames.summary)),
+          "- mean: average over the non-WNLI tasks of each row's mean score, shown only for rows that ran on all "
+          "of them (tasks: how many it ran on; summary.csv has the partial averages too); Δ: the "
+          "average of its mean paired differences vs original. Base-failed (task, seed) pairs are left out of "
+          "every number here (as in the tables' clean view), the same seeds for every row. WNLI's dev set is "
+          "adversarial: compare it with its majority baseline."]
+    md += [f"- {n}." for n in tables.summary_notes(frames.summary, results)] + [""]
+    md += ["## All comparisons (secondary tests and the two-level bootstrap)\n",
+           tables.md_table(tables.comparisons_text(frames.comparisons)),
+           "- CI (seeds): percentile bootstrap over seeds. CI (seeds+examples): two-level paired bootstrap "
+           "(seeds, then dev examples, same examples for both methods). p exact: sign-flip test; p Holm: within "
+           "the task table; Wilcoxon signed-rank and paired t-test are secondary.\n"]
+    md += ["## Cost\n", tables.md_table(tables.cost_text(frames.cost)), "- Wall seconds per cell: pruning, any "
+           "re-fine-tuning and the dev evaluation (the seed's shared base-model fine-tuning is not counted); pruning "
+           "s: the method alone; examples passed forward / backward, the dev evaluation included.\n"]
+    return md + ["## Wall seconds per (task, seed)\n", tables.md_table(tables.walls_text(frames.walls)),
+                 "- One cell each (same definition as above); — where the cell is missing. CSV: `wall_per_seed.csv`.\n"]
+
+
+def missing_section(missing: pd.DataFrame, planned: bool) -> list[str]:
+    """The missing and failed cells (at most 60 listed; all in ``missing.csv``), relative to the planned cells
+    (``planned``) or the grid seen."""
+    md = ["## Missing and failed cells\n"]
+    if missing.empty:
+        return md + ["None: every cell " + ("planned by the folder's `bench run` commands" if planned
+                                           else "of the grid tasks × seeds × methods seen") + " is present.\n"]
+    n_failed = int((missing.status == "failed").sum())
+    n_other = int((missing.status == OTHER_OPTIONS).sum())
+    basis = ("the cells the folder's `bench run` commands planned (`runs.jsonl`)" if planned
+             else "the grid tasks × seeds × methods seen")
+    md.append(f"{len(missing) - n_failed - n_other} missing and {n_failed} failed cell(s) relative to {basis} "
+              f"(failures: `failures.jsonl`; rerun the command to compute them)"
+              + (f"; {n_other} planned cell(s) have a record only under another option set of their method "
+                 f"(status \"{OTHER_OPTIONS}\": planned by a command run with other method options)"
+                 if n_other else "") + ":\n")
+    return md + [tables.md_table(missing.head(60))
+                 + (f"\n({len(missing) - 60} more in missing.csv)\n" if len(missing) > 60 else "")]
+
+
+def plots_section(paths: list[Path]) -> list[str]:
+    """Links to the PNG plots (nothing without plots)."""
+    if not paths:
+        return []
+    return ["## Plots\n", *(f"![{p.stem}](plots/{p.name})" for p in paths if p.suffix == ".png"), ""]
+
+
+def markdown(data: RunData, results: list[GroupResult], frames: Frames) -> str:
+    """The whole ``report.md``."""
+    md = header_section(data, results) + task_sections(results) + option_sets_section(frames.option_sets)
+    if results:
+        md += summary_sections(frames, results)
+    md += missing_section(frames.missing, bool(data.planned)) + plots_section(frames.plots)
+    return "\n".join(md) + "\n"
+
+
+def latex(results: list[GroupResult], frames: Frames) -> str:
+    """The whole ``tables.tex``: each task table (and its clean view), the cross-task summary and the cost table."""
+    parts = [TEX_HEADER]
+    for r in results:
+        title, notes = tables.group_title(r), tables.table_notes(r, "all")
+        parts.append(tables.latex_table(tables.task_table(r), f"{title}. Mean ± SD over seeds; " + " ".join(notes[1:]),
+                                        table_label(r)))
+        if _has_clean_view(r):
+            parts.append(tables.latex_table(tables.task_table(r, "clean"),
+                                            f"{title}, without degenerate or base-failed seeds.", f"{table_label(r)}-clean"))
+    if results:
+        parts.append(tables.latex_table(tables.summary_text(frames.summary), "Cross-task summary; WNLI beside its "
+                                        "majority baseline and left out of the averages.", "tab:summary"))
+        parts.append(tables.latex_table(tables.cost_text(frames.cost), "Cost per cell.", "tab:cost"))
+    return "\n".join(p for p in parts if p)

@@ -1,0 +1,205 @@
+"""Loading: the records of one or more run folders as :class:`~benchmark.records.Record` objects and one tidy
+frame (one row per record), the input of every table and plot of the report and of the end-of-run summary.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from benchmark.records import CONTROL, CONTROL_NAME, CellKey, Record
+from benchmark.report.units import Unit
+from benchmark.store import FAILURES, PLANS, RECORDS, REJECTED, BrokenLine, scan_jsonl
+
+log = logging.getLogger("benchmark")
+
+#: Columns of :attr:`RunData.frame`, in order.
+FRAME_COLUMNS = ["task", "seed", "method", "budget", "condition", "opts", "unit", "score", "metric", "majority",
+                 "degenerate", "base_failed", "heads_pruned", "heads_total", "target", "wall_s", "prune_wall_s",
+                 "forward_examples", "backward_examples", "device", "rec"]
+
+#: What skipping an unreadable line of each file means for the report.
+_BROKEN_CONSEQUENCE = {
+    RECORDS: "If it was a record, its cell is listed as missing.",
+    FAILURES: "If it was a failure, its cell is listed as missing, not failed.",
+    PLANS: "If it was a `bench run` entry, the cells only it planned are not listed as missing.",
+}
+
+
+class ReportWarning(UserWarning):
+    """Something a reader of the report should know about its input (duplicate cells, unreadable folders)."""
+
+
+def warn(message: str) -> None:
+    """Issue ``message`` as a :class:`ReportWarning` and log it (logger ``benchmark``)."""
+    warnings.warn(message, ReportWarning, stacklevel=3)
+    log.warning(message)
+
+
+def parse_key(text: str) -> CellKey | None:
+    """The :class:`~benchmark.records.CellKey` of a cell key string; None when it is not one."""
+    try:
+        return CellKey.parse(text)
+    except ValueError:
+        return None
+
+
+@dataclass
+class RunData:
+    """Records of one or more run folders, de-duplicated by cell key.
+
+    Attributes:
+        folders: the run folders, in the order given.
+        records: one :class:`~benchmark.records.Record` per cell (the first folder's where several hold it).
+        failures: the latest failure (``failures.jsonl`` entry, a dict) of each cell without a record.
+        duplicates: cell keys seen again after their first record (ignored).
+        frame: one row per record, columns :data:`FRAME_COLUMNS` (scores as fractions), the :class:`Unit` in
+            column ``unit`` and the record's position in ``records`` in column ``rec``.
+        planned: planned cell keys per folder (from ``runs.jsonl``; a folder made by an older runner has none).
+        broken: unreadable lines of the folders' JSONL files (skipped, each named in a warning and in the report).
+    """
+
+    folders: list[Path]
+    records: list[Record]
+    failures: list[dict[str, Any]]
+    duplicates: list[str] = field(default_factory=list)
+    frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+    planned: dict[Path, list[str]] = field(default_factory=dict)
+    broken: list[BrokenLine] = field(default_factory=list)
+
+
+def _read_folder(folder: Path) -> tuple[list[dict], list[dict], list[dict], list[BrokenLine]]:
+    """(records, failures, plans, unreadable lines) of one run folder, each unreadable line warned about."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such run folder")
+    if not (folder / RECORDS).exists():
+        if not (folder / "run.json").exists():
+            raise FileNotFoundError(f"{folder}: not a run folder (no {RECORDS} and no run.json); give the --out "
+                                    f"folder of a `bench run`")
+        warn(f"{folder}: no {RECORDS} (nothing finished yet?)")
+    recs, broken = scan_jsonl(folder / RECORDS)
+    fails, broken_f = scan_jsonl(folder / FAILURES)
+    plans, broken_p = scan_jsonl(folder / PLANS)
+    for b in broken + broken_f + broken_p:
+        warn(f"{b}: skipped. {_BROKEN_CONSEQUENCE[b.path.name]} The next `bench run` into {folder} moves "
+             f"the line to {REJECTED} (kept there) and computes any missing cell again.")
+    return recs, fails, plans, broken + broken_f + broken_p
+
+
+def _warn_duplicates(duplicates: list[str], differing: list[str]) -> None:
+    if not duplicates:
+        return
+    shown = ", ".join(duplicates[:3]) + (" ..." if len(duplicates) > 3 else "")
+    msg = f"{len(duplicates)} duplicate cell(s) across the folders kept once (first folder wins): {shown}"
+    if differing:
+        msg += f"; {len(differing)} of them with DIFFERENT scores (e.g. {differing[0]}): check the runs match"
+    warn(msg)
+
+
+def load_runs(folders: Sequence[str | Path]) -> RunData:
+    """Read and combine the ``records.jsonl`` / ``failures.jsonl`` / ``runs.jsonl`` of ``folders``.
+
+    Every record is read through :meth:`Record.from_dict` (any schema). A cell key seen twice is kept once
+    (first occurrence) and reported in one :class:`ReportWarning` (louder when the duplicates' scores differ).
+    A folder without ``records.jsonl`` is warned about and skipped. Failures whose cell has a record (it
+    succeeded on a later try) are dropped. An unreadable line (:func:`benchmark.store.scan_jsonl`: an interrupted
+    write, invalid JSON, not a record) is skipped and named in a :class:`ReportWarning` (file, line, reason, what
+    follows); ``RunData.broken`` lists them. A record's cell is then missing, and the next ``bench run`` into the
+    folder moves the line to ``rejected.jsonl`` and computes it again. A record :meth:`Record.from_dict` refuses
+    (a field missing) is warned about and skipped.
+
+    Raises:
+        FileNotFoundError: a folder does not exist, or is not a run folder (neither records.jsonl nor run.json).
+    """
+    data = RunData(folders=[Path(f) for f in folders], records=[], failures=[])
+    seen: dict[str, Record] = {}
+    differing: list[str] = []
+    failures: list[dict[str, Any]] = []
+    for folder in data.folders:
+        entries, fails, plans, broken = _read_folder(folder)
+        data.broken += broken
+        for entry in entries:
+            try:
+                rec = Record.from_dict(entry)
+            except ValueError as exc:
+                warn(f"{folder / RECORDS}: {exc}; skipped")
+                continue
+            if rec.cell in seen:
+                data.duplicates.append(rec.cell)
+                if seen[rec.cell].score != rec.score:
+                    differing.append(rec.cell)
+                continue
+            seen[rec.cell] = rec
+            data.records.append(rec)
+        failures.extend(fails)
+        if plans:
+            data.planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
+    _warn_duplicates(data.duplicates, differing)
+    latest: dict[str, dict[str, Any]] = {}
+    for f in failures:
+        if f.get("cell") not in seen:
+            latest[f.get("cell", repr(f))] = f
+    data.failures = list(latest.values())
+    data.frame = records_frame(data.records)
+    return data
+
+
+# --------------------------------------------------------------------------- records -> frame
+
+
+def opts_of(record: Record) -> str:
+    """The options hash a record's cell key carries; for a key without one (first runner), the options' JSON
+    (``-`` without options)."""
+    key = parse_key(record.cell)
+    if key is not None and key.opts is not None:
+        return key.opts
+    return json.dumps(record.method_options, sort_keys=True) if record.method_options else "-"
+
+
+def _target_of(record: Record) -> float:
+    """The head count a cell was asked to prune (NaN when it decided its own, or for the unpruned model)."""
+    target = record.budget.target
+    return float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) else math.nan
+
+
+def _row(i: int, r: Record) -> dict[str, Any]:
+    metric = r.primary_metric
+    return {"task": r.task, "seed": int(r.seed), "method": r.method, "budget": r.budget.spec,
+            "condition": r.condition, "opts": opts_of(r), "score": float(r.score), "metric": metric,
+            "majority": float(r.majority_baseline.get(metric, math.nan)), "degenerate": bool(r.degenerate),
+            "base_failed": bool(r.base_failed), "heads_pruned": r.heads_pruned, "heads_total": r.heads_total,
+            "target": _target_of(r), "wall_s": r.cost.wall_s, "prune_wall_s": r.cost.prune_wall_s,
+            "forward_examples": r.cost.forward_examples, "backward_examples": r.cost.backward_examples,
+            "device": r.cost.device, "rec": i}
+
+
+def records_frame(records: Iterable[Record | dict[str, Any]]) -> pd.DataFrame:
+    """The tidy frame of ``records`` (dicts are read through :meth:`Record.from_dict`): columns
+    :data:`FRAME_COLUMNS`, one row per record, scores and majority baselines as fractions, ``rec`` the record's
+    position in ``records``.
+
+    The options hash is part of a row's :class:`Unit` wherever its method ran with several option sets (at any
+    budget: a sweep must not join points of two configurations). A record repeating the (task, seed, unit) of an
+    earlier one under another cell key is dropped with a :class:`ReportWarning`.
+
+    Raises:
+        ValueError: a dict that is not a record (from :meth:`Record.from_dict`).
+    """
+    recs = [r if isinstance(r, Record) else Record.from_dict(r) for r in records]
+    if not recs:
+        return pd.DataFrame(columns=FRAME_COLUMNS)
+    df = pd.DataFrame([_row(i, r) for i, r in enumerate(recs)])
+    n_opts = df.groupby("method")["opts"].transform("nunique")
+    df["unit"] = [Unit(CONTROL_NAME if c == CONTROL else m, m, b, c, o if k > 1 else None)
+                  for m, b, c, o, k in zip(df.method, df.budget, df.condition, df.opts, n_opts)]
+    dup = df.duplicated(["task", "seed", "unit"], keep="first")
+    if dup.any():
+        warn(f"{int(dup.sum())} record(s) repeat a (task, seed, unit) under another cell key; first kept")
+        df = df[~dup]
+    return df[FRAME_COLUMNS].reset_index(drop=True)

@@ -1,0 +1,323 @@
+"""Tables of the report: the analysis (:mod:`benchmark.report.analysis`, :mod:`benchmark.report.crosstask`,
+:mod:`benchmark.report.cells`) as text frames for Markdown and LaTeX, and as numeric frames for CSV. Scores are
+percent points (MCC x 100); text cells use the report's symbols (± − — † ‡ §), turned into LaTeX by :func:`tex`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmark import stats
+from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER
+from benchmark.report.analysis import ALPHA, DEFAULT_AGAINST, VIEWS, Comparison, GroupResult, UnitStats
+from benchmark.report.crosstask import CrossTaskSummary
+from benchmark.report.units import EXCLUDED_FROM_AVERAGE, task_label
+
+#: Significance marker per reference (Holm-adjusted exact p < ALPHA); other references get "*".
+MARKERS = {ORIGINAL: "†", DEFAULT_AGAINST[1]: "‡", CONTROL_NAME: "§"}
+
+# --------------------------------------------------------------------------- cells
+
+
+def num(v: float | None, digits: int = 2, sign: bool = False) -> str:
+    """A number with ``digits`` decimals (``+`` with ``sign``), a true minus sign, no ``-0.00``; ``—`` for
+    None / NaN / inf."""
+    if v is None or not np.isfinite(v):
+        return "—"
+    text = f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+    if float(text) == 0:  # no "-0.00"
+        text = f"{0:+.{digits}f}" if sign else f"{0:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def pm(mean: float, sd: float) -> str:
+    """``mean ± sd`` (just the mean when the SD is NaN; ``—`` without a mean)."""
+    if not np.isfinite(mean):
+        return "—"
+    return num(mean) + ("" if not np.isfinite(sd) else f" ± {num(sd)}")
+
+
+def p_text(p: float | None) -> str:
+    """A p-value with 3 significant digits, ``<0.001`` below that, ``—`` for None / NaN."""
+    if p is None or not np.isfinite(p):
+        return "—"
+    return "<0.001" if p < 0.001 else f"{p:.3g}"
+
+
+def _p_or_undefined(p: float, notes: str, undefined: str) -> str:
+    """A secondary test's p, or "undefined" where :mod:`benchmark.stats` said the test is undefined (differences
+    constant, or all zero, up to floating-point rounding)."""
+    return "undefined" if not np.isfinite(p) and undefined in str(notes) else p_text(p)
+
+
+def _ci(low: float, high: float) -> str:
+    return f"[{num(low)}, {num(high)}]" if np.isfinite(low) else "—"
+
+
+def _diff_ci(c: Comparison, which: str) -> str:
+    s = c.view(which).stats
+    if s.n == 0:
+        return "—"
+    return num(s.mean_diff, sign=True) + (f" {_ci(s.ci_low, s.ci_high)}" if np.isfinite(s.ci_low) else "")
+
+
+def marker(kind: str) -> str:
+    """The significance marker of a reference (:data:`MARKERS`, else ``*``)."""
+    return MARKERS.get(kind, "*")
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A frame as a Markdown table (text as is, no number parsing); ``(none)`` when empty."""
+    if df.empty:
+        return "(none)\n"
+    return df.to_markdown(index=False, disable_numparse=True) + "\n"
+
+
+_TEX_REPL = [("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#"), ("_", r"\_"), ("{", r"\{"), ("}", r"\}"),
+             ("~", r"\textasciitilde{}"), ("^", r"\textasciicircum{}")]
+_TEX_SYMBOLS = [("±", r"$\pm$"), ("−", "$-$"), ("†", r"\textsuperscript{\dag}"), ("‡", r"\textsuperscript{\ddag}"),
+                ("§", r"\textsuperscript{\S}"), ("Δ", r"$\Delta$"), ("—", "---"), ("×", r"$\times$"),
+                ("≥", r"$\geq$"), ("≤", r"$\leq$"), ("<", r"$<$"), (">", r"$>$")]
+
+
+def tex(text: Any) -> str:
+    """Escape a cell for LaTeX and turn the report's Unicode symbols (and ``**bold**``) into LaTeX."""
+    s = str(text).replace("\\", "\x00")
+    for a, b in _TEX_REPL:
+        s = s.replace(a, b)
+    s = s.replace("\x00", r"\textbackslash{}")
+    for a, b in _TEX_SYMBOLS:
+        s = s.replace(a, b)
+    return re.sub(r"\*\*(.+?)\*\*", r"\\textbf{\1}", s)
+
+
+def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
+    """A frame as a booktabs ``table`` float with ``caption`` and ``label``; ``""`` when empty."""
+    if df.empty:
+        return ""
+    body = df.map(tex) if hasattr(df, "map") else df.applymap(tex)
+    body.columns = [tex(c) for c in df.columns]
+    tabular = body.to_latex(index=False, escape=False, column_format="l" * df.shape[1])
+    return ("\\begin{table}[t]\n\\centering\n\\small\n" + tabular + f"\\caption{{{tex(caption)}}}\n"
+            f"\\label{{{label}}}\n\\end{{table}}\n")
+
+
+# --------------------------------------------------------------------------- per-task tables
+
+
+def group_title(r: GroupResult) -> str:
+    """Heading of a (task, group) table, e.g. ``CoLA (MCC)`` or ``MRPC (acc) — prune + recover (...)``."""
+    suffix = "" if r.group == PRUNE_ONLY else " — prune + recover (with the fine-tuning control)"
+    return f"{task_label(r.task)} ({METRIC_LABEL.get(r.metric, r.metric)}){suffix}"
+
+
+def heads_cell(s: UnitStats, heads_total: float) -> str:
+    """The "heads pruned" cell of a table row: mean pruned / total, flagged when some seed missed its target
+    (e.g. ``0.0/72 ⚠ target 22, missed on 3/3 seeds``), so an off-budget row is never read as on budget."""
+    total = int(heads_total) if np.isfinite(heads_total) else "?"
+    text = f"{num(s.heads_pruned, 1)}/{total}"
+    if s.off_budget:
+        text += f" ⚠ target {num(s.target, 1 if s.target % 1 else 0)}, missed on {s.off_budget}/{s.n} seeds"
+    return text
+
+
+def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
+    """The Table-2 layout of one (task, group) as text cells. ``which``: "all" seeds or "clean" seeds only.
+
+    Rows: the table's units; columns: method, budget, n, mean ± SD, heads pruned, per reference Δ [95% CI] with
+    its marker and Holm p, then degenerate counts ("all") or excluded seeds ("clean").
+    """
+    metric = METRIC_LABEL.get(r.metric, r.metric)
+    rows = []
+    for u in r.units:
+        s = r.unit_stats[u]
+        n, mean, sd = s.view(which)
+        row = {"method": u.name + (" +recover" if u.condition == RECOVER else "") + (f" opts={u.opts}" if u.opts else ""),
+               "budget": u.budget if u.budget != NO_BUDGET else "—", "n": str(n),
+               f"{metric} mean ± SD": pm(mean, sd), "heads pruned": heads_cell(s, r.heads_total)}
+        for kind in r.references:  # the --against names that had a reference row here
+            comp = r.comparison(u, kind)
+            p = comp.view(which).p_holm if comp else math.nan
+            mark = marker(kind) if np.isfinite(p) and p < ALPHA else ""
+            row[f"Δ vs {kind} [95% CI]"] = _diff_ci(comp, which) + mark if comp else "—"
+            row[f"p vs {kind} (Holm)"] = p_text(p)
+        if which == "all":
+            row["degenerate"] = str(s.degenerate) + (f" ({s.base_failed} base failed)" if s.base_failed else "")
+        else:
+            row["excluded"] = str(s.n - s.n_clean)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_notes(r: GroupResult, which: str = "all") -> list[str]:
+    """The notes under a task table: majority baseline and seeds, WNLI's caveat, the smallest reachable p with
+    these seeds (and whether any comparison can reach p < :data:`ALPHA`), the markers' meaning."""
+    n_seeds = len(r.seeds)
+    m = sum(1 for c in r.comparisons if np.isfinite(c.view(which).stats.p_exact))
+    n_max = max({c.view(which).stats.n for c in r.comparisons} or {n_seeds})
+    notes = [f"majority-class baseline: {num(r.majority)}; seeds: {', '.join(map(str, r.seeds))} (n = {n_seeds})."]
+    if r.task in EXCLUDED_FROM_AVERAGE:
+        notes.append(f"{task_label(r.task)}'s dev set is adversarial: read every score beside the majority baseline "
+                     f"({num(r.majority)}); {task_label(r.task)} is left out of cross-task averages.")
+    if n_max == 0:
+        notes.append("No seed is left for a comparison here." if which == "clean" else "No paired seeds.")
+        return notes
+    pmin = stats.min_exact_p(n_max)
+    hmin = stats.min_holm_p(n_max, m) if m else math.nan
+    line = (f"p: exact two-sided sign-flip test over paired seeds, Holm-adjusted over the {m} comparison(s) of this "
+            f"table. With n = {n_max} paired seeds the smallest exact p is {p_text(pmin)}")
+    if m:
+        line += f" and the smallest Holm-adjusted p is {p_text(hmin)}"
+    line += "."
+    if (np.isfinite(hmin) and hmin >= ALPHA) or pmin >= ALPHA:
+        line += f" **No comparison here can reach p < {ALPHA:g} with these seeds**; run more seeds (paper preset: 10)."
+    notes.append(line)
+    if r.references:
+        notes.append("Markers (Holm p < .05): " + ", ".join(f"{marker(k)} vs {k}" for k in r.references) +
+                     ". Δ in percent points (MCC × 100), 95% percentile bootstrap CI over seeds.")
+    return notes
+
+
+# --------------------------------------------------------------------------- long forms (CSV) and their text
+
+
+def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]:
+    v = c.view(which)
+    s, two = v.stats, v.two_level
+    return {"task": r.task, "group": r.group, "method": c.target.name, "budget": c.target.budget,
+            "condition": c.target.condition, "opts": c.target.opts or "", "vs": c.reference.label,
+            "kind": c.kind, "seeds": "all" if which == "all" else "without degenerate",
+            "n": s.n, "n_excluded": c.n_excluded if which == "clean" else 0,
+            "mean_a": s.mean_a, "mean_b": s.mean_b, "mean_diff": s.mean_diff, "sd_diff": s.sd_diff,
+            "ci_low": s.ci_low, "ci_high": s.ci_high, "ci2_low": two.low, "ci2_high": two.high,
+            "p_exact": s.p_exact, "p_holm": v.p_holm, "significant": bool(np.isfinite(v.p_holm) and v.p_holm < ALPHA),
+            "p_min": s.p_min, "p_wilcoxon": s.p_wilcoxon, "wilcoxon_stat": s.wilcoxon_stat,
+            "t_stat": s.t_stat, "p_t": s.p_t, "notes": "; ".join(x for x in (s.notes, two.note) if x)}
+
+
+def comparisons_frame(results: list[GroupResult]) -> pd.DataFrame:
+    """Every comparison in long form (numbers in percent points), one row per (comparison, seed set)."""
+    return pd.DataFrame([_comparison_row(r, c, which) for r in results for c in r.comparisons for which in VIEWS])
+
+
+def comparisons_text(cf: pd.DataFrame) -> pd.DataFrame:
+    """The long form as text: every comparison over all seeds, and over the clean seeds where some were left out."""
+    if cf.empty:
+        return cf
+    cf = cf[(cf.seeds == "all") | (cf.n_excluded > 0)]
+    return pd.DataFrame({
+        "task": cf.task, "method": cf.method + np.where(cf.condition == RECOVER, " +recover", ""),
+        "budget": cf.budget, "vs": cf.vs, "seeds": cf.seeds, "n": cf.n.astype(str),
+        "Δ": [num(v, sign=True) for v in cf.mean_diff], "SD Δ": [num(v) for v in cf.sd_diff],
+        "95% CI (seeds)": [_ci(a, b) for a, b in zip(cf.ci_low, cf.ci_high)],
+        "95% CI (seeds+examples)": [_ci(a, b) for a, b in zip(cf.ci2_low, cf.ci2_high)],
+        "p exact": [p_text(v) for v in cf.p_exact], "p Holm": [p_text(v) for v in cf.p_holm],
+        "p Wilcoxon": [_p_or_undefined(v, n, "Wilcoxon undefined") for v, n in zip(cf.p_wilcoxon, cf.notes)],
+        "p t-test": [_p_or_undefined(v, n, "t-test undefined") for v, n in zip(cf.p_t, cf.notes)],
+        "notes": cf.notes,
+    })
+
+
+def scores_frame(results: list[GroupResult]) -> pd.DataFrame:
+    """One numeric row per (task, group, unit): percent points, counts, heads pruned."""
+    rows = []
+    for r in results:
+        for u in r.units:
+            s = r.unit_stats[u]
+            rows.append({"task": r.task, "group": r.group, "metric": r.metric, "method": u.name, "budget": u.budget,
+                         "condition": u.condition, "opts": u.opts or "", "n": s.n, "mean": s.mean, "sd": s.sd,
+                         "ci_low_t": s.ci_low, "ci_high_t": s.ci_high, "n_clean": s.n_clean,
+                         "mean_clean": s.mean_clean, "sd_clean": s.sd_clean, "heads_pruned": s.heads_pruned,
+                         "heads_total": r.heads_total, "target": s.target, "off_budget": s.off_budget,
+                         "degenerate": s.degenerate, "base_failed": s.base_failed, "majority": r.majority})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- cross-task summary
+
+
+def summary_numbers(summary: CrossTaskSummary) -> pd.DataFrame:
+    """The cross-task summary, numeric (``summary.csv``): per unit, per task its mean, difference vs original (and
+    majority for the tasks beside the averages), then ``tasks``, ``mean_excl_wnli``, ``diff_vs_original_excl_wnli``."""
+    rows = []
+    for row in summary.rows:
+        u = row.unit
+        out: dict[str, Any] = {"method": u.name, "budget": u.budget, "condition": u.condition, "opts": u.opts or ""}
+        for t, s in row.tasks.items():
+            out[t], out[f"{t}_diff_vs_original"] = s.mean, s.diff
+            if t in summary.beside:
+                out[f"{t}_majority"] = s.majority
+        out.update(tasks=row.n_tasks, mean_excl_wnli=row.mean, diff_vs_original_excl_wnli=row.diff)
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def summary_text(summary: CrossTaskSummary) -> pd.DataFrame:
+    """The cross-task summary as text: averages only for rows that ran on every averaged task (a mean over a
+    subset is not comparable: CoLA's MCC and MRPC's accuracy live on different scales); averages right after
+    the per-task columns, the tasks beside the averages (WNLI) last."""
+    rows = []
+    for row in summary.rows:
+        u = row.unit
+        txt: dict[str, Any] = {"method": u.label.replace(f" [{u.budget}]", "") if u.budget != NO_BUDGET else u.label,
+                               "budget": u.budget if u.budget != NO_BUDGET else "—"}
+        for t, s in row.tasks.items():
+            txt[task_label(t)] = num(s.mean) if not s.ran or np.isfinite(s.mean) else "— (base failed)"
+            if t in summary.beside:
+                txt[f"{task_label(t)} majority"] = num(s.majority) if s.ran else "—"
+        complete = row.n_tasks == len(summary.averaged) > 0
+        txt["tasks"] = f"{row.n_tasks}/{len(summary.averaged)}"
+        txt["mean (no WNLI)"] = num(row.mean) if complete else "—"
+        txt["Δ vs original (no WNLI)"] = (num(row.diff, sign=True)
+                                          if row.n_diffs and complete and row.n_diffs == row.n_tasks else "—")
+        rows.append(txt)
+    txt = pd.DataFrame(rows)
+    if not txt.empty:
+        first = ["method", "budget"] + [task_label(t) for t in summary.tasks if t not in summary.beside] + [
+            "tasks", "mean (no WNLI)", "Δ vs original (no WNLI)"]
+        txt = txt[[c for c in first if c in txt.columns] + [c for c in txt.columns if c not in first]]
+    return txt
+
+
+def summary_notes(summary: CrossTaskSummary, results: list[GroupResult]) -> list[str]:
+    """What the cross-task summary leaves out: the base-failed seeds per task, and the tasks with no seed left."""
+    notes = []
+    for t in summary.tasks:
+        failed = summary.failed.get(t, [])
+        if not failed:
+            continue
+        seeds = sorted({seed for r in results if r.task == t for seed in r.seeds})
+        gone = all(seed in failed for seed in seeds)
+        notes.append(f"{task_label(t)}: base model failed on {len(failed)} of {len(seeds)} seed(s) "
+                     f"({', '.join(map(str, failed))}), left out of every number of this table"
+                     + ("; no seed is left, so the task is not averaged" if gone and t not in EXCLUDED_FROM_AVERAGE
+                        else ""))
+    return notes
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
+    """The cost frame (:func:`benchmark.report.cells.cost_frame`) as text."""
+    if cost.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "task": cost.task, "method": cost.method + np.where(cost.condition == RECOVER, " +recover", ""),
+        "budget": cost.budget.where(cost.budget != NO_BUDGET, "—"), "n": cost.n.astype(str),
+        "wall s / cell": [pm(m, s) for m, s in zip(cost.wall_s_mean, cost.wall_s_sd)],
+        "pruning s": [num(v) for v in cost.prune_wall_s_mean],
+        "forward examples": [f"{v:,.0f}" if np.isfinite(v) else "—" for v in cost.forward_examples_mean],
+        "backward examples": [f"{v:,.0f}" if np.isfinite(v) else "—" for v in cost.backward_examples_mean],
+        "device": cost.device})
+
+
+def walls_text(walls: pd.DataFrame) -> pd.DataFrame:
+    """Wall seconds per (task, seed) (:func:`benchmark.report.cells.wall_per_seed`) as text, the unit in column
+    ``method``; ``—`` for a missing cell."""
+    return walls.map(lambda v: "—" if not np.isfinite(v) else f"{v:.1f}" if v < 10 else f"{v:,.0f}"
+                     ).reset_index(names="method")

@@ -1,0 +1,170 @@
+"""The rows of the report's tables (:class:`Unit`) and how tasks, budgets and methods are named, ordered and coloured.
+
+Method order and colours come from the method registry (:mod:`methods`): a registered class's ``report_order``
+(``ClassVar[int | None]``) and ``report_color`` (``ClassVar[str | None]``), read with ``getattr`` so a class
+without them still works. An ablation (a class with ``ablation_of``) sorts right after the method it ablates.
+A method without an order (or not registered at all: a folder made with a method since removed) sorts after the
+ordered ones, by name; a method without a fixed colour gets one of :data:`EXTRA_COLORS` by its rank among the
+methods of the report. ``original`` and ``control`` are the report's own names, first, in black and grey.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from benchmark.records import CONTROL, CONTROL_NAME, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER
+
+TASK_ORDER = ("mrpc", "cola", "rte", "wnli")
+EXCLUDED_FROM_AVERAGE = ("wnli",)
+"""Tasks left out of cross-task averages (WNLI's dev set is adversarial)."""
+
+#: Okabe & Ito (2008) colour-blind-safe palette.
+OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "green": "#009E73",
+             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}
+#: Colours of the report's own rows (the methods' colours are their classes' ``report_color``).
+REPORT_COLORS = {ORIGINAL: OKABE_ITO["black"], CONTROL_NAME: "#777777"}
+#: For methods without a colour (ablations, new methods): Paul Tol's colour-blind-safe "muted" scheme, then
+#: Okabe-Ito yellow.
+EXTRA_COLORS = ("#332288", "#117733", "#882255", "#44AA99", "#999933", "#AA4499", "#88CCEE", "#DDCC77",
+                OKABE_ITO["yellow"])
+
+
+def task_key(task: str) -> tuple:
+    """Sort key of a task: :data:`TASK_ORDER` first, then other tasks by name."""
+    return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task)
+
+
+def task_label(task: str) -> str:
+    """GLUE's spelling of a task name (``cola`` -> ``CoLA``); an unknown task in capitals."""
+    from benchmark.tasks import TASKS
+
+    return TASKS[task].glue_dir if task in TASKS else task.upper()
+
+
+def budget_key(spec: str) -> tuple:
+    """Sort key of a budget spec: none, fractions, head counts, matched, others; numbers ascending."""
+    kind, _, value = str(spec).partition(":")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    order = {NO_BUDGET: 0, "fraction": 1, "heads": 2, "matched": 3}.get(kind, 4)
+    return (order, 0 if math.isnan(number) else number, value)
+
+
+def short_budget(spec: str) -> str:
+    """``fraction:0.3`` -> ``30%``, ``heads:12`` -> ``12 heads``, ``matched:auber`` -> ``= auber``, ``none`` -> ``''``."""
+    kind, _, value = str(spec).partition(":")
+    if kind == NO_BUDGET or not spec:
+        return ""
+    if kind == "fraction":
+        try:
+            return f"{100 * float(value):g}%"
+        except ValueError:
+            return spec
+    if kind == "heads":
+        return f"{value} heads"
+    if kind == "matched":
+        return f"= {value}"
+    return spec
+
+
+# --------------------------------------------------------------------------- methods, from the registry
+
+
+def _registry() -> dict[str, Any]:
+    import methods
+
+    return methods.available_methods()
+
+
+def method_rank(name: str, registry: dict[str, Any] | None = None) -> tuple:
+    """Sort key of a method name (tuple; see the module docstring for the order).
+
+    ``original`` and ``control`` first; then registered methods by ``report_order``, each followed by its
+    ablations (by name); then methods without an order or not registered, by name. Never raises.
+    """
+    if name in (ORIGINAL, CONTROL_NAME):
+        return (0 if name == ORIGINAL else 1, 0.0, "", 0, "")
+    registry = _registry() if registry is None else registry
+    cls = registry.get(name)
+    ablated = getattr(cls, "ablation_of", None) if cls is not None else None
+    head = ablated or name
+    order = getattr(registry.get(head), "report_order", None)
+    group = 3 if order is None else 2
+    return (group, 0.0 if order is None else float(order), head, 1 if ablated else 0, name)
+
+
+def _fixed_color(name: str, registry: dict[str, Any]) -> str | None:
+    return REPORT_COLORS.get(name) or getattr(registry.get(name), "report_color", None)
+
+
+def method_colors() -> dict[str, str]:
+    """The fixed colours: ``original``, ``control`` and every registered method with a ``report_color``."""
+    registry = _registry()
+    return {**REPORT_COLORS, **{n: c for n in registry if (c := _fixed_color(n, registry))}}
+
+
+def method_color(name: str, known: Sequence[str] = ()) -> str:
+    """Colour of a method (same in every plot): its fixed colour, else one of :data:`EXTRA_COLORS` by its rank
+    among the methods of ``known`` (and itself) that have no fixed colour."""
+    registry = _registry()
+    fixed = _fixed_color(name, registry)
+    if fixed:
+        return fixed
+    extras = sorted({m for m in known if not _fixed_color(m, registry)} | {name},
+                    key=lambda m: method_rank(m, registry))
+    return EXTRA_COLORS[extras.index(name) % len(EXTRA_COLORS)]
+
+
+def sorted_methods(names: Sequence[str]) -> list[str]:
+    """``names`` once each, in the report's method order (:func:`method_rank`)."""
+    registry = _registry()
+    return sorted(set(names), key=lambda m: method_rank(m, registry))
+
+
+# --------------------------------------------------------------------------- units
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A row of a table: (method, budget spec, condition[, options hash]).
+
+    ``name`` is the method, or ``"control"`` for the unpruned model in the control condition; ``opts`` is set
+    only where the method ran with several option sets in the report's folders.
+    """
+
+    name: str
+    method: str
+    budget: str
+    condition: str
+    opts: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Human label, e.g. ``michel [fraction:0.3]``, ``auber [matched:auber] +recover``."""
+        text = self.name
+        if self.budget not in (NO_BUDGET, ""):
+            text += f" [{self.budget}]"
+        if self.opts:
+            text += f" opts={self.opts}"
+        if self.condition == RECOVER:
+            text += " +recover"
+        return text
+
+    @property
+    def sort_key(self) -> tuple:
+        """Sort key of a row: original, control, then by method, budget, options hash and condition."""
+        cond = {PRUNE_ONLY: 0, CONTROL: 1, RECOVER: 2}.get(self.condition, 3)
+        original_first = 0 if self.name == ORIGINAL else 1 if self.name == CONTROL_NAME else 2
+        return (original_first, method_rank(self.name), budget_key(self.budget), self.opts or "", cond)
+
+    def group(self) -> str:
+        """The condition group whose table holds this row: prune+recover (with control) or prune-only."""
+        return RECOVER if self.condition in (RECOVER, CONTROL) else PRUNE_ONLY
+
+
+def sorted_units(units: Sequence[Unit]) -> list[Unit]:
+    """``units`` once each (first occurrence), in table order (:attr:`Unit.sort_key`)."""
+    return sorted(dict.fromkeys(units), key=lambda u: u.sort_key)
