@@ -96,6 +96,7 @@ class SeedBench:
     model_name: str
     recover: TrainConfig
     progress: bool = True
+    precision: str = "fp32"
     layout: Any = field(init=False)
 
     def __post_init__(self) -> None:
@@ -128,7 +129,7 @@ class SeedBench:
 
         def evaluate(model, mask=None, split: str = "mini_dev", indices=None) -> dict[str, float]:
             metrics, _ = training.evaluate(model, self.view(split, indices), spec, tok, device, mask=mask,
-                                           counter=counter)
+                                           counter=counter, precision=self.precision)
             return {spec.primary_metric: metrics[spec.primary_metric], **metrics}
 
         def fine_tune(model, mask=None, split: str = "mini_train", indices=None, eval_split: str = "mini_dev",
@@ -138,7 +139,8 @@ class SeedBench:
             if cfg.early_stopping:
                 eval_fn = lambda m: evaluate(m, mask, eval_split, eval_indices)[spec.primary_metric]  # noqa: E731
             model, _ = training.fine_tune(model, self.view(split, indices), tok, device, cfg, seed=seed, mask=mask,
-                                          eval_fn=eval_fn, counter=counter, progress=self.progress)
+                                          eval_fn=eval_fn, counter=counter, progress=self.progress,
+                                          precision=self.precision)
             return model
 
         def load_pretrained():
@@ -231,7 +233,7 @@ def evaluate_on_dev(bench: SeedBench, model: nn.Module, mask: torch.Tensor | Non
     (protocol §6): at or below the majority baseline, or one class for more than :data:`DEGENERATE_CLASS_SHARE`."""
     spec = bench.data.spec
     metrics, preds = training.evaluate(model, bench.data.dev, spec, bench.tokenizer, bench.device, mask=mask,
-                                       counter=counter)
+                                       counter=counter, precision=bench.precision)
     score = metrics[spec.primary_metric]
     majority_score = bench.data.majority[spec.primary_metric]
     share = tasks.predicted_class_fraction(preds)

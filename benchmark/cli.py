@@ -68,6 +68,9 @@ def list_cmd() -> None:
               help="heads:K | fraction:F | matched:METHOD. Default: the preset's.")
 @click.option("--preset", default="quick", show_default=True, type=click.Choice(list(PRESETS)))
 @click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16"]),
+              help="bf16: bfloat16 autocast of the forward passes of fine-tuning and evaluation (part of the "
+                   "experiment: a folder never mixes precisions).")
 @click.option("--out", default="runs/latest", show_default=True, type=click.Path(file_okay=False),
               help="Run folder: records.jsonl, summary, cached base models. Rerunning resumes it.")
 @click.option("--data-dir", default=None, type=click.Path(),
@@ -82,16 +85,16 @@ def list_cmd() -> None:
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
-def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out, data_dir, recover, match_per_layer,
-            options,
-            progress, report, plots) -> None:
+def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
+            match_per_layer, options, progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
 
     try:
         cfg = make_run_config(out=out, preset=preset, methods_spec=methods_spec, tasks_spec=tasks_spec, seeds=seeds,
                               model=model, budget=budget, device=device, data_dir=data_dir, recover=recover,
-                              match_per_layer=match_per_layer, method_options=_parse_method_options(options), progress=progress)
+                              match_per_layer=match_per_layer, method_options=_parse_method_options(options),
+                              progress=progress, precision=precision)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg)
@@ -99,7 +102,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, out,
         raise click.ClickException(str(exc)) from exc
     start = time.time()
     click.echo(f"bench run -> {cfg.out} | model {cfg.model} | device {runner.device} | tasks {','.join(cfg.tasks)} "
-               f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label}")
+               f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label} "
+               f"| precision {cfg.precision}")
     try:
         runner.run()
         _finish(cfg, runner, report, plots)

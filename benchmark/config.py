@@ -195,6 +195,12 @@ def get_preset(name: str) -> Preset:
     return dataclasses.replace(PRESETS[name])
 
 
+PRECISIONS = ("fp32", "bf16")
+"""``--precision`` values: ``fp32`` (the default: every operation in float32) or ``bf16`` (bfloat16 autocast of
+the forward passes of fine-tuning and evaluation; weights, gradients, optimiser state and the loss stay float32;
+:func:`benchmark.training.autocast`)."""
+
+
 @dataclass
 class Experiment:
     """The settings that define what a cell's number means; hashed and stored in ``DIR/run.json``."""

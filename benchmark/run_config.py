@@ -10,7 +10,7 @@ from typing import Any
 
 import methods
 from benchmark import tasks
-from benchmark.config import Budget, ConfigError, Preset, get_preset, parse_budget
+from benchmark.config import PRECISIONS, Budget, ConfigError, Preset, get_preset, parse_budget
 
 MAX_SEED = 2**31 - 1
 """Largest seed: a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)."""
@@ -34,6 +34,8 @@ class RunConfig:
         match_per_layer: with ``matched:METHOD``, match the setter's per-layer counts too.
         method_options: per method, its options (the preset's, overridden by the CLI's).
         progress: show progress bars.
+        precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward passes of every fine-tune and
+            evaluation; :func:`benchmark.training.autocast`). Part of the experiment: folders never mix them.
     """
 
     out: Path
@@ -49,12 +51,13 @@ class RunConfig:
     match_per_layer: bool = False
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
+    precision: str = "fp32"
 
 
 def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_spec: str, seeds: str | None,
                     model: str | None, budget: str | None, device: str, data_dir: str | None, recover: bool,
                     match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None,
-                    progress: bool = True) -> RunConfig:
+                    progress: bool = True, precision: str = "fp32") -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
@@ -64,6 +67,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
         ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
     """
     p = get_preset(preset)
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     names = _method_names(methods_spec)
     try:
         task_names = [t.name for t in tasks.resolve_tasks(tasks_spec)]
@@ -77,7 +82,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
                      budget=parsed_budget, model=model or p.model, device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
-                     method_options=_merge_options(p, names, method_options or {}), progress=progress)
+                     method_options=_merge_options(p, names, method_options or {}), progress=progress,
+                     precision=precision)
 
 
 def _method_names(methods_spec: str) -> list[str]:

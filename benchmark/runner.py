@@ -90,6 +90,8 @@ class Runner:
             max_dev_examples=config.preset.max_dev_examples,
             mini_dev_fraction=config.preset.mini_dev_fraction,
             device_type=self.device.type,
+            # only a non-default precision enters the experiment, so folders made before --precision keep their hash
+            extra={"precision": config.precision} if config.precision != "fp32" else {},
         )
         per_layer = config.match_per_layer and config.budget.kind == "matched"
         self.budget_label = config.budget.label + ("/per-layer" if per_layer else "")
@@ -221,7 +223,8 @@ class Runner:
                           splits={"mini_train": data.train.select(mini_train_idx),
                                   "mini_dev": data.train.select(mini_dev_idx), "train": data.train},
                           tokenizer=self.tokenizer, device=self.device, model_name=self.cfg.model,
-                          recover=self.cfg.preset.recover, progress=self.cfg.progress)
+                          recover=self.cfg.preset.recover, progress=self.cfg.progress,
+                          precision=self.cfg.precision)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         for task_name, _, method, condition in cells:
             key = self._key(task_name, seed, method, condition)
@@ -270,7 +273,8 @@ class Runner:
         model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
         start = time.time()
         training.fine_tune(model, data.train, self.tokenizer, self.device, self.cfg.preset.train, seed=seed,
-                           desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress)
+                           desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress,
+                           precision=self.cfg.precision)
         save_base_model(model, self.tokenizer, folder, {"wall_s": time.time() - start, "examples": len(data.train),
                                                         "seed": seed, "finished": now_utc()})
         log.info("base model %s trained in %.0f s", folder, time.time() - start)

@@ -22,13 +22,26 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorWithPadding, get_linear_schedule_with_warmup
 
-from benchmark.config import TrainConfig
+from benchmark.config import PRECISIONS, TrainConfig
 from benchmark.tasks import TaskSpec, compute_metrics
 from methods.base import MODEL_INPUTS
 from methods.heads import apply_head_mask
 
-__all__ = ["TrainConfig", "Counter", "MODEL_INPUTS", "encode", "iterate", "predict", "evaluate", "fine_tune",
-           "clone_model"]
+__all__ = ["TrainConfig", "Counter", "MODEL_INPUTS", "PRECISIONS", "autocast", "encode", "iterate", "predict",
+           "evaluate", "fine_tune", "clone_model"]
+
+
+def autocast(device: torch.device, precision: str):
+    """The autocast context of ``precision`` on ``device``: ``torch.autocast(device.type, torch.bfloat16)`` for
+    ``bf16`` (matrix products and the ops PyTorch lists for autocast run in bfloat16), a no-op for ``fp32``.
+    bfloat16 keeps float32's exponent range, so no loss scaling is needed (unlike float16).
+
+    Raises:
+        ValueError: ``precision`` is not one of :data:`PRECISIONS`.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 @dataclass
@@ -75,11 +88,12 @@ def iterate(dataset: datasets.Dataset, tokenizer, batch_size: int, device: torch
 
 @torch.no_grad()
 def predict(model: nn.Module, dataset: datasets.Dataset, tokenizer, device: torch.device,
-            mask: torch.Tensor | None = None, batch_size: int = 64, counter: Counter | None = None) -> np.ndarray:
+            mask: torch.Tensor | None = None, batch_size: int = 64, counter: Counter | None = None,
+            precision: str = "fp32") -> np.ndarray:
     """Predicted class ids ``[N]`` (int64) in the dataset's order, eval mode, no gradients.
 
     Examples are batched by length (sorted, then restored) so little padding is computed; ``mask`` is an
-    ``[L, H]`` head mask applied for the call.
+    ``[L, H]`` head mask applied for the call; the forward passes run under :func:`autocast` of ``precision``.
     """
     model.eval()
     lengths = np.asarray([len(x) for x in dataset.with_format(None)["input_ids"]])
@@ -92,7 +106,8 @@ def predict(model: nn.Module, dataset: datasets.Dataset, tokenizer, device: torc
             idx = order[start:start + batch_size]
             batch = collate([dataset[int(i)] for i in idx])
             inputs = {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
-            logits = model(**inputs).logits
+            with autocast(device, precision):
+                logits = model(**inputs).logits
             preds[idx] = logits.argmax(-1).cpu().numpy()
             if counter is not None:
                 counter.forward += len(idx)
@@ -103,9 +118,11 @@ def predict(model: nn.Module, dataset: datasets.Dataset, tokenizer, device: torc
 
 
 def evaluate(model: nn.Module, dataset: datasets.Dataset, task: TaskSpec, tokenizer, device: torch.device,
-             mask: torch.Tensor | None = None, counter: Counter | None = None) -> tuple[dict[str, float], np.ndarray]:
-    """All of the task's GLUE metrics on ``dataset`` and the per-example predictions ``[N]``."""
-    preds = predict(model, dataset, tokenizer, device, mask=mask, counter=counter)
+             mask: torch.Tensor | None = None, counter: Counter | None = None,
+             precision: str = "fp32") -> tuple[dict[str, float], np.ndarray]:
+    """All of the task's GLUE metrics on ``dataset`` and the per-example predictions ``[N]`` (forward passes in
+    ``precision``, see :func:`autocast`)."""
+    preds = predict(model, dataset, tokenizer, device, mask=mask, counter=counter, precision=precision)
     labels = np.asarray(dataset.with_format(None)["labels"])
     return compute_metrics(task, preds, labels), preds
 
@@ -113,7 +130,7 @@ def evaluate(model: nn.Module, dataset: datasets.Dataset, task: TaskSpec, tokeni
 def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torch.device, cfg: TrainConfig,
               seed: int, mask: torch.Tensor | None = None,
               eval_fn: Callable[[nn.Module], float] | None = None, counter: Counter | None = None,
-              desc: str = "fine-tune", progress: bool = True) -> tuple[nn.Module, dict[str, Any]]:
+              desc: str = "fine-tune", progress: bool = True, precision: str = "fp32") -> tuple[nn.Module, dict[str, Any]]:
     """Fine-tune ``model`` in place on ``train`` with a fixed head mask; returns it (best state when early
     stopping) and a log ``{"steps", "history", "best_score", "stopped_early"}``.
 
@@ -122,12 +139,15 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
         eval_fn: ``eval_fn(model) -> score`` (higher is better) used for early stopping; required when
             ``cfg.early_stopping``.
         cfg.epochs: may be fractional (e.g. 0.5 = half an epoch of steps).
+        precision: the forward passes' :func:`autocast` (``fp32`` or ``bf16``); the backward pass, the loss and
+            the optimiser work on float32 parameters either way.
 
     Raises:
         ValueError: early stopping without ``eval_fn``, or an empty training set.
     """
     if len(train) == 0:
         raise ValueError("fine_tune: empty training set")
+    autocast(device, precision)  # an unknown precision fails before any work
     if cfg.early_stopping and eval_fn is None:
         raise ValueError("fine_tune: early_stopping needs an eval_fn on a train-derived split")
     torch.manual_seed(seed)  # dropout and any other torch randomness
@@ -145,7 +165,7 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
         while step < total_steps and not best.stopped:
             model.train()
             for batch in iterate(train, tokenizer, cfg.batch_size, device, shuffle=True, seed=seed * 1000 + epoch):
-                loss = _step(model, batch, optimizer, scheduler, cfg.max_grad_norm, counter)
+                loss = _step(model, batch, optimizer, scheduler, cfg.max_grad_norm, counter, precision)
                 step += 1
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}")
@@ -179,10 +199,12 @@ def _optimizer(model: nn.Module, cfg: TrainConfig, total_steps: int):
 
 
 def _step(model: nn.Module, batch: dict[str, torch.Tensor], optimizer, scheduler, max_grad_norm: float,
-          counter: Counter | None) -> float:
-    """One optimisation step on ``batch`` (cross-entropy, gradients clipped to ``max_grad_norm``); its loss."""
+          counter: Counter | None, precision: str = "fp32") -> float:
+    """One optimisation step on ``batch`` (cross-entropy, gradients clipped to ``max_grad_norm``); its loss. The
+    forward pass runs under :func:`autocast` of ``precision``, the backward pass outside it (PyTorch's advice)."""
     labels = batch.pop("labels")
-    logits = model(**batch).logits
+    with autocast(batch["input_ids"].device, precision):
+        logits = model(**batch).logits
     loss = F.cross_entropy(logits.float(), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

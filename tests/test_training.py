@@ -156,3 +156,58 @@ def test_unreachable_hub_model_names_the_option(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError, match=r"--model nobody/no-such-model: cannot load its configuration(.|\n)*minilm-l6"):
         models.check_architecture("nobody/no-such-model")
+
+
+# --------------------------------------------------------------------------- --precision bf16
+
+
+def test_bf16_autocast_is_on_only_when_asked_and_unknown_values_are_refused():
+    model = _tiny().eval()
+    ids = torch.randint(1000, 2000, (2, 7))
+    dense = model.bert.encoder.layer[0].attention.self.query
+    with training.autocast(CPU, "bf16"):
+        assert dense(torch.randn(1, 32)).dtype == torch.bfloat16  # matrix products run in bfloat16
+        logits_bf16 = model(input_ids=ids).logits
+    with training.autocast(CPU, "fp32"):
+        assert dense(torch.randn(1, 32)).dtype == torch.float32
+        logits_fp32 = model(input_ids=ids).logits
+    assert not torch.equal(logits_bf16.float(), logits_fp32)
+    # bfloat16 keeps 8 significand bits (unit roundoff 2**-8): logits of O(0.1) agree to a few 1e-3
+    assert (logits_bf16.float() - logits_fp32).abs().max() < 0.05
+    with pytest.raises(ValueError, match="--precision 'fp16': expected one of fp32, bf16"):
+        training.autocast(CPU, "fp16")
+    with pytest.raises(ConfigError, match="--precision 'tf32'"):
+        from benchmark.runner import make_run_config
+
+        make_run_config(out="x", preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=None,
+                        budget=None, device="cpu", data_dir=None, recover=False, precision="tf32")
+
+
+def test_bf16_fine_tuning_keeps_float32_weights_and_differs_from_fp32(wnli, tokenizer):
+    spec, data = wnli
+    cfg = training.TrainConfig(lr=1e-3, batch_size=8, epochs=1)
+    fp32, _ = training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=3, progress=False)
+    bf16, log = training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=3, progress=False, precision="bf16")
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())  # autocast, not a bf16 model
+    assert log["steps"] == 5 and all(torch.isfinite(p).all() for p in bf16.parameters())
+    assert not all(torch.equal(a, b) for a, b in zip(fp32.state_dict().values(), bf16.state_dict().values()))
+    preds = training.predict(bf16, data, tokenizer, CPU, precision="bf16")
+    assert preds.shape == (40,) and set(preds.tolist()) <= {0, 1}
+
+
+def test_precision_is_part_of_the_experiment_and_fp32_folders_keep_their_hash(glue_dir, tmp_path):
+    import json
+
+    from smoke_runs import smoke_config
+    from benchmark.runner import Runner
+
+    Runner(smoke_config(tmp_path / "fp32", glue_dir)).close()
+    stored = json.loads((tmp_path / "fp32" / "run.json").read_text())
+    assert stored["experiment"]["extra"] == {}  # fp32, the default, adds nothing: older folders stay valid
+    Runner(smoke_config(tmp_path / "bf16", glue_dir, precision="bf16")).close()
+    bf16 = json.loads((tmp_path / "bf16" / "run.json").read_text())
+    assert bf16["experiment"]["extra"] == {"precision": "bf16"} and bf16["config_hash"] != stored["config_hash"]
+    with pytest.raises(ConfigError, match=r"extra.precision: '<absent>' -> 'bf16'"):
+        Runner(smoke_config(tmp_path / "fp32", glue_dir, precision="bf16"))
+    with pytest.raises(ConfigError, match=r"extra.precision: 'bf16' -> '<absent>'"):
+        Runner(smoke_config(tmp_path / "bf16", glue_dir))
