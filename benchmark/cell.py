@@ -97,6 +97,8 @@ class SeedBench:
     recover: TrainConfig
     progress: bool = True
     precision: str = "fp32"
+    base_failed: bool | None = None
+    """Whether the base model is degenerate on dev, when the runner had to evaluate it itself (else None)."""
     layout: Any = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,9 +1,12 @@
 """The ``bench`` command line: ``bench run``, ``bench list``, ``bench report``."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import sys
 import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -122,18 +125,28 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
 
 
 def _folder_error(exc: OSError, out: Path) -> str:
-    """One line for an OS error during a run: the path, the reason, what is kept and what to do."""
-    from benchmark.runner import RunFolderError
-
+    """One line for an OS error during a run: the path, the reason, what is kept and what to do (the advice
+    follows the error number: free space for a full disk, permissions for a refused write, else the cause)."""
     where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
-    try:
-        in_folder = bool(exc.filename) and Path(str(exc.filename)).resolve().is_relative_to(Path(out).resolve())
-    except (OSError, ValueError):
-        in_folder = False
-    fix = ("Free space or fix the folder's permissions" if in_folder or isinstance(exc, RunFolderError)
-           else "Fix the cause")
-    return (f"{where}. The run stopped; every finished cell is kept in {out}/records.jsonl. {fix}, then rerun the "
-            f"same command to resume.")
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    fix = {errno.ENOSPC: "Free space on the disk", errno.EDQUOT: "Free space (disk quota)",
+           errno.EACCES: "Fix the folder's permissions", errno.EPERM: "Fix the folder's permissions",
+           errno.EROFS: "Use a writable --out folder"}.get(cause.errno, "Fix the cause")
+    return (f"{where}. bench run stopped; every finished cell is kept in {out}/records.jsonl. {fix}, then rerun "
+            f"the same command to resume.")
+
+
+@contextlib.contextmanager
+def plain_warnings():
+    """Inside the block, a warning is printed once to stderr as ``warning: MESSAGE`` (not Python's form with the
+    source line), for command-line users."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        click.echo(f"warning: {message}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
 
 
 def _finish(cfg, runner, report: bool, plots: bool) -> None:
@@ -149,7 +162,8 @@ def _finish(cfg, runner, report: bool, plots: bool) -> None:
     if report:
         from benchmark.report import build_report
 
-        build_report([cfg.out], plots=plots, echo=False)
+        with plain_warnings():
+            build_report([cfg.out], plots=plots, echo=False)
         click.echo(f"report (tables, significance tests{', plots' if plots else ''}): {cfg.out}/report/")
 
 
@@ -166,7 +180,8 @@ def report_cmd(folders, against, formats, plots, out) -> None:
     from benchmark.report import build_report
 
     try:
-        build_report(list(folders), against=against, formats=formats, plots=plots, out=out)
+        with plain_warnings():
+            build_report(list(folders), against=against, formats=formats, plots=plots, out=out)
     except (OSError, ValueError) as exc:  # a missing folder, or a report folder that cannot be written
         raise click.ClickException(str(exc)) from exc
 

@@ -7,6 +7,7 @@ Architectures other than those :class:`methods.heads.BertLayout` supports are re
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 from pathlib import Path
@@ -36,35 +37,46 @@ def resolve_model(name: str) -> str:
     return name
 
 
-#: Files of a local model folder that decide what the model computes: its configuration, its weights (any
-#: format from_pretrained reads, sharded or not) and its tokenizer. Other files (README, train_info.json) do not.
-CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".txt", ".model")
-NOT_CONTENT = ("train_info.json",)
+#: The files of a local model folder that ``from_pretrained`` reads for the model and its tokenizer (top level
+#: only): configuration, weights in any format (sharded or not), tokenizer. Anything else (a README, notes,
+#: ``training_args.bin``, checkpoint subfolders, a run folder kept inside) does not change what the model computes.
+MODEL_FILE_PATTERNS = ("config.json", "model*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin",
+                       "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack", "tokenizer.json",
+                       "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
+                       "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model")
 
 
 def local_model_digest(folder: str | Path) -> str:
-    """sha256 (16 hex digits) over the content files of a local model folder (:data:`CONTENT_SUFFIXES`, found
-    recursively, in sorted order; each file's relative path and bytes enter the hash), so two folders with the same
-    configuration, weights and tokenizer share a digest wherever they lie, and any change to one of those files
-    changes it.
+    """sha256 (16 hex digits) over the model files of a local folder (:data:`MODEL_FILE_PATTERNS`, top level, in
+    sorted order; each file's name and bytes enter the hash), so two folders with the same configuration, weights
+    and tokenizer share a digest wherever they lie, and any change to one of those files changes it.
 
     Raises:
         OSError: a file cannot be read.
-        ValueError: the folder holds no content file.
+        ValueError: the folder holds no configuration or weight file.
     """
     folder = Path(folder)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in CONTENT_SUFFIXES
-                   and p.name not in NOT_CONTENT and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and any(fnmatch.fnmatchcase(p.name, pat) for pat in MODEL_FILE_PATTERNS))
     if not files:
         raise ValueError(f"--model {folder}: no configuration or weight files in the folder")
     digest = hashlib.sha256()
     for path in files:
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(path.name.encode() + b"\0")
         with open(path, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
         digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+def normalize_model(name: str) -> str:
+    """A local model folder as its absolute path (``~`` expanded, symlinks and a trailing ``/`` resolved), so the
+    same folder named two ways is one model; aliases and hub names are returned unchanged."""
+    if name in ALIASES:
+        return name
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
 
 
 def model_revision(name: str) -> str:

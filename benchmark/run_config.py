@@ -4,15 +4,19 @@ model loads or trains.
 """
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import methods
-from benchmark import tasks
+from benchmark import models, tasks
 from benchmark.config import PRECISIONS, Budget, ConfigError, Preset, get_preset, parse_budget
 
 MAX_SEED = 2**31 - 1
+MAX_SEED_COUNT = 1000  # a seed is a base fine-tune: more than this is a typo, and 0..N-1 would be built in memory
+_DIGITS = re.compile(r"[0-9]+")
 """Largest seed: a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)."""
 
 
@@ -80,7 +84,7 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
         raise ConfigError(f"--match-per-layer matches a budget setter's per-layer counts: it needs --budget "
                           f"matched:METHOD, not {parsed_budget.label}")
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
-                     budget=parsed_budget, model=model or p.model, device=device,
+                     budget=parsed_budget, model=models.normalize_model(model or p.model), device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
                      precision=precision)
@@ -107,28 +111,37 @@ def _method_names(methods_spec: str) -> list[str]:
 
 
 def parse_seeds(seeds: str) -> list[int]:
-    """``"N"`` = seeds 0..N-1, or ``"a,b,c"``; each in ``[0, MAX_SEED]``, none twice.
+    """``"N"`` = seeds 0..N-1 (1 <= N <= :data:`MAX_SEED_COUNT`), or ``"a,b,c"``: each a plain decimal integer
+    (ASCII digits only: no sign, no ``_``, no empty item) in ``[0, MAX_SEED]``, none twice.
 
     Raises:
-        ConfigError: N = 0, not integers, no seed, a seed out of range or repeated; the message quotes the option.
+        ConfigError: N out of range, not integers, an empty item, no seed, a seed out of range or repeated; the
+            message quotes the option.
     """
-    if seeds.strip().isdigit() and "," not in seeds:
-        seed_list = list(range(int(seeds)))
-        if not seed_list:
-            raise ConfigError("--seeds 0: N is a count (seeds 0..N-1) and must be >= 1; for seed 0 alone write "
-                              "--seeds 1, for a list of seeds a,b,c (e.g. --seeds 0,4)")
-    else:
-        try:
-            seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-        except ValueError:
-            raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of integers") from None
-        if not seed_list:
-            raise ConfigError(f"--seeds {seeds!r}: no seed given; expected N or a comma-separated list of integers")
+    text = seeds.strip()
+    if "," not in text:
+        if not _DIGITS.fullmatch(text):
+            raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of non-negative integers "
+                              f"in plain digits (N: a count, seeds 0..N-1; a list: e.g. --seeds 0,4)")
+        count = int(text)
+        if not 1 <= count <= MAX_SEED_COUNT:
+            raise ConfigError(f"--seeds {seeds}: N is a count (seeds 0..N-1) and must be in [1, {MAX_SEED_COUNT}]; "
+                              f"for seed 0 alone write --seeds 1, for a list of seeds a,b,c (e.g. --seeds 0,4)")
+        return list(range(count))
+    items = [item.strip() for item in text.split(",")]
+    bad_items = [item for item in items if not _DIGITS.fullmatch(item)]
+    if bad_items:
+        raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of non-negative integers "
+                          f"in plain digits; not one: {', '.join(repr(i) for i in bad_items)}")
+    seed_list = [int(item) for item in items]
+    if len(seed_list) > MAX_SEED_COUNT:
+        raise ConfigError(f"--seeds: at most {MAX_SEED_COUNT} seeds, got {len(seed_list)}")
     bad = [s for s in seed_list if not 0 <= s <= MAX_SEED]
     if bad:
         raise ConfigError(f"--seeds {seeds}: every seed must be an integer in [0, {MAX_SEED}] (numpy and torch seed "
                           f"generators take non-negative seeds), got {', '.join(map(str, bad))}")
-    repeated = sorted({s for s in seed_list if seed_list.count(s) > 1})
+    counts = Counter(seed_list)
+    repeated = sorted(s for s, n in counts.items() if n > 1)
     if repeated:
         raise ConfigError(f"--seeds {seeds}: seed(s) {', '.join(map(str, repeated))} given more than once; "
                           f"a seed is one paired replicate, list each once")

@@ -44,7 +44,7 @@ from benchmark.records import (CONTROL, NO_BUDGET, ORIGINAL, OWN_BUDGET, PRUNE_O
                                BudgetInfo, CellKey, Cost, Record)
 from benchmark.run_config import MAX_SEED, RunConfig, make_run_config  # noqa: F401
 from benchmark.run_folder import RunFolderError, check_run_json, save_base_model
-from benchmark.store import REJECTED, RecordStore
+from benchmark.store import REJECTED, RecordStore, file_lock
 from benchmark.training import Counter
 
 log = logging.getLogger("benchmark")
@@ -236,12 +236,22 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - a failed cell must not lose the others
                 self._fail(key, spec.name, seed, method, condition, exc)
             else:
-                original = self.store.get(original_key)
-                record.base_failed = bool(original["degenerate"]) if original else record.degenerate
+                record.base_failed = self._base_failed(bench, original_key)
                 record.cell = key
                 self.store.add(record)
                 todo.discard(key)
             bar.update(1)
+
+    def _base_failed(self, bench: SeedBench, original_key: str) -> bool:
+        """Whether the unpruned base model of ``bench``'s (task, seed) is degenerate: its ``original`` record's flag,
+        or, when that cell has no record (it failed), the base model's own dev evaluation (computed once), never
+        the pruned cell's own flag."""
+        original = self.store.get(original_key)
+        if original is not None:
+            return bool(original["degenerate"])
+        if bench.base_failed is None:
+            bench.base_failed = bool(cell.evaluate_on_dev(bench, bench.base, None, Counter()).reasons)
+        return bench.base_failed
 
     def _fail(self, key: str, task: str, seed: int, method: str, condition: str, exc: Exception) -> None:
         """Record a failed cell in ``failures.jsonl`` and ``self.failures``, log it and say it (it is retried by
@@ -263,12 +273,31 @@ class Runner:
             RunFolderError: the fine-tuned model cannot be saved.
         """
         folder = self.out / "base" / f"{data.spec.name}-seed{seed}"
-        if (folder / "config.json").exists():
-            log.info("reusing base model %s", folder)
-            from transformers import AutoModelForSequenceClassification
+        # one lock per (task, seed): processes sharing the folder that need the same base model train it once;
+        # the others wait, then load it
+        with open(self.out / f".base-{data.spec.name}-seed{seed}.lock", "a+b") as lock, file_lock(lock.fileno()):
+            if (folder / "config.json").exists():
+                return self._load_base(folder)
+            return self._train_base(data, seed, folder)
 
+    def _load_base(self, folder: Path):
+        """The cached base model in ``folder``, in fp32 on the run's device.
+
+        Raises:
+            RunFolderError: the folder cannot be loaded (a damaged or incomplete save); says to delete it.
+        """
+        log.info("reusing base model %s", folder)
+        from transformers import AutoModelForSequenceClassification
+
+        try:
             model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
-            return model.to(self.device).eval()
+        except Exception as exc:  # noqa: BLE001 - safetensors, OSError, JSON errors: all mean a damaged folder
+            raise RunFolderError(f"{folder}: the cached base model cannot be loaded ({type(exc).__name__}: {exc}); "
+                                 f"delete that folder and rerun to fine-tune it again") from exc
+        return model.to(self.device).eval()
+
+    def _train_base(self, data: TaskData, seed: int, folder: Path):
+        """Fine-tune the base model of (task, ``seed``) and save it to ``folder`` (see :meth:`_base_model`)."""
         torch.manual_seed(seed)  # the classification head's initialisation
         model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
         start = time.time()

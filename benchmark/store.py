@@ -23,11 +23,13 @@ appender that locked the replaced file notices (its inode is no longer the path'
 """
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import math
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -71,39 +73,73 @@ class BrokenLine:
         reason: why it cannot be read (``incomplete last line (an interrupted write)``, ``not valid JSON``,
             ``not a record ...``).
         text: the raw line (bytes decoded with replacement characters).
+        raw: the line's bytes, as they were in the file.
     """
 
     path: Path
     line: int
     reason: str
     text: str
+    raw: bytes = field(default=b"", compare=False, repr=False)
 
     def __str__(self) -> str:
         excerpt = self.text if len(self.text) <= 60 else self.text[:57] + "..."
         return f"{self.path}: line {self.line}: {self.reason} ({excerpt!r})"
 
 
+def record_problem(entry: Any) -> str | None:
+    """Why ``entry`` cannot be a cell's record, or None when it can: the one rule of ``bench run`` and
+    ``bench report``. A record is what :meth:`benchmark.records.Record.from_dict` reads (any schema so far) with a
+    cell key :class:`~benchmark.records.CellKey` parses, a finite score, and predictions and labels of one length.
+    """
+    if not isinstance(entry, dict):
+        return "not a record (not a JSON object)"
+    try:
+        rec = Record.from_dict(entry)
+        if not isinstance(rec.cell, str):
+            raise ValueError(f"cell {rec.cell!r} is not a string")
+        CellKey.parse(rec.cell)
+        if not math.isfinite(rec.score):
+            raise ValueError(f"score {rec.score!r} is not a finite number")
+        if not (isinstance(rec.predictions, list) and isinstance(rec.labels, list)
+                and len(rec.predictions) == len(rec.labels)):
+            raise ValueError("predictions and labels are not two lists of one length")
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+        return f"not a record ({exc})"
+    return None
+
+
 def is_record(entry: Any) -> bool:
-    """True for a JSON object that can be a cell's record: a ``cell`` key, or the task, seed, method and condition
-    the cell key is made of (records of the first schema had no ``cell``)."""
-    return isinstance(entry, dict) and ("cell" in entry or {"task", "seed", "method", "condition"} <= set(entry))
+    """True for a JSON object that is a cell's record (:func:`record_problem` finds nothing)."""
+    return record_problem(entry) is None
 
 
-def _is_object(entry: Any) -> bool:
-    return isinstance(entry, dict)
+def _entry_problem(key: str, kind: str, what: str) -> Callable[[Any], str | None]:
+    """A check of a JSON object whose optional ``key`` must be of ``kind`` (``"str"`` or ``"list of str"``)."""
+
+    def problem(entry: Any) -> str | None:
+        if not isinstance(entry, dict):
+            return f"not {what} (not a JSON object)"
+        value = entry.get(key, "" if kind == "str" else [])
+        ok = isinstance(value, str) if kind == "str" else (
+            isinstance(value, list) and all(isinstance(v, str) for v in value))
+        return None if ok else f"not {what} ({key!r} is not a {kind})"
+
+    return problem
 
 
-#: What a valid line of each file of a run folder is (:func:`scan_jsonl`).
-VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    RECORDS: (is_record, "not a record (a JSON object with a 'cell' key)"),
-    FAILURES: (_is_object, "not a failure entry (a JSON object)"),
-    PLANS: (_is_object, "not a run entry (a JSON object)"),
+#: What a valid line of each file of a run folder is (:func:`scan_jsonl`): a function giving the reason a parsed
+#: line is not one, or None.
+VALIDATORS: dict[str, Callable[[Any], str | None]] = {
+    RECORDS: record_problem,
+    FAILURES: _entry_problem("cell", "str", "a failure entry"),
+    PLANS: _entry_problem("cells", "list of str", "a run entry"),
 }
 
 
 def _scan_bytes(path: Path, data: bytes) -> tuple[list[tuple[int, Any, bytes]], list[BrokenLine]]:
     """Parse ``data`` (the content of ``path``) line by line: ([(line number, entry, raw line)], broken lines)."""
-    valid, what = VALIDATORS.get(path.name, (_is_object, "not a JSON object"))
+    problem_of = VALIDATORS.get(path.name, _entry_problem("-", "str", "an entry"))
     good: list[tuple[int, Any, bytes]] = []
     broken: list[BrokenLine] = []
     lines = data.split(b"\n")
@@ -114,16 +150,17 @@ def _scan_bytes(path: Path, data: bytes) -> tuple[list[tuple[int, Any, bytes]], 
         text = raw.decode("utf-8", errors="replace")
         try:
             entry = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            broken.append(BrokenLine(path, number, "not valid JSON", text))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            broken.append(BrokenLine(path, number, "not valid JSON", text, raw))
             continue
-        if not valid(entry):
-            broken.append(BrokenLine(path, number, what, text))
+        problem = problem_of(entry)
+        if problem:
+            broken.append(BrokenLine(path, number, problem, text, raw))
             continue
         good.append((number, entry, raw))
     if tail.strip():
         broken.append(BrokenLine(path, len(complete) + 1, "incomplete last line (an interrupted write)",
-                                 tail.decode("utf-8", errors="replace")))
+                                 tail.decode("utf-8", errors="replace"), tail))
     return good, broken
 
 
@@ -181,14 +218,20 @@ def reject_unreadable(path: Path) -> list[BrokenLine]:
             return []
         moved = now_utc()
         for b in broken:
-            append_jsonl(path.with_name(REJECTED), {"file": path.name, "line": b.line, "reason": b.reason,
-                                                    "text": b.text, "moved_at": moved})
+            entry = {"file": path.name, "line": b.line, "reason": b.reason, "text": b.text, "moved_at": moved}
+            if b.raw and b.raw.decode("utf-8", errors="replace").encode("utf-8") != b.raw:
+                entry["bytes_base64"] = base64.b64encode(b.raw).decode("ascii")  # not UTF-8: the bytes, verbatim
+            append_jsonl(path.with_name(REJECTED), entry)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as out:
-            out.write(b"".join(raw + b"\n" for _, _, raw in good))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as out:
+                out.write(b"".join(raw + b"\n" for _, _, raw in good))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():  # the replace failed: leave no temporary file behind
+                tmp.unlink()
         _fsync_dir(path.parent)
     return broken
 

@@ -66,7 +66,7 @@ def markdown(table: pd.DataFrame) -> str:
         "task": table.task, "metric": table.metric, "method": table.method, "condition": table.condition,
         "budget": table.budget, "n": table.n, "score (mean ± SD)": table.apply(_fmt, axis=1),
         "heads pruned": table.apply(lambda r: f"{r.heads_pruned:.1f}/{r.heads_total}" + (
-            f" ⚠ off budget on {r.off_budget}/{r.n} seeds" if r.off_budget else ""), axis=1),
+            f" ⚠ target missed on {r.off_budget}/{r.n} seeds" if r.off_budget else ""), axis=1),
         "degenerate": table.degenerate, "original": table.original.map(lambda v: f"{v:.2f}"),
         "majority": table.majority.map(lambda v: f"{v:.2f}"), "wall s": table.wall_s.map(lambda v: f"{v:.1f}"),
     })

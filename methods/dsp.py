@@ -63,7 +63,7 @@ from torch import nn
 
 from methods.base import HeadPruner, PruningContext, PruningResult
 from methods.gates import GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
-from methods.options import Interval
+from methods.options import Interval, OptionError
 from methods.registry import register
 
 VARIANTS = ("pipelined", "joint", "ste")
@@ -180,6 +180,13 @@ class DSPPruner(HeadPruner):
                    "batch_size": Interval(1, None), "max_grad_norm": Interval(0, None), "log_every": Interval(0, None)}
     summary = ("Li, Cotterell, Sachan 2021: Gumbel soft top-K over learned head logits, exactly K kept "
                "(pipelined/joint/STE)")
+
+    def check_options(self) -> None:
+        """The temperature anneals from ``tau0`` down to ``tau_end`` (official ``trainer_dsp.py``), so
+        ``tau_end <= tau0``."""
+        if self.options["tau_end"] > self.options["tau0"]:
+            raise OptionError(f"{self.name}: option tau_end ({self.options['tau_end']:g}) must not exceed tau0 "
+                              f"({self.options['tau0']:g}): the temperature is annealed down")
     defaults = {"variant": "pipelined", "tau0": 1000.0, "tau_end": 1e-8, "cooldown_steps": 8333, "annealing": True,
                 "w_lr": 0.5, "lr": 2e-5, "epochs": 1.0, "max_steps": 0, "batch_size": 32, "max_grad_norm": 1.0,
                 "linear_decay": True, "log_every": 0}

@@ -27,7 +27,7 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class Interval:
-    """The real numbers (or integers, for an int option) between ``low`` and ``high``.
+    """The finite real numbers (or integers, for an int option) between ``low`` and ``high``.
 
     Attributes:
         low, high: bounds; ``None`` for unbounded on that side.
@@ -43,8 +43,8 @@ class Interval:
             raise ValueError(f"Interval.closed must be both, left, right or neither, got {self.closed!r}")
 
     def __contains__(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            return False
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False  # NaN and +-inf are never an option's value (an unbounded side means any finite number)
         if self.low is not None:
             if value < self.low or (value == self.low and self.closed in ("right", "neither")):
                 return False
@@ -64,7 +64,8 @@ class Interval:
         return f"in {'[' if lo_in else '('}{self.low:g}, {self.high:g}{']' if hi_in else ')'}"
 
     def outside(self, integer: bool) -> list[float]:
-        """Values just outside the interval (for the conformance check): next to each bound, and NaN."""
+        """Values just outside the interval (for the conformance check): next to each bound, and for a float
+        option NaN and +-inf."""
         step = 1 if integer else 1e-9
         out: list[float] = []
         if self.low is not None:
@@ -72,7 +73,7 @@ class Interval:
         if self.high is not None:
             out.append(self.high + step if self.closed in ("both", "right") else self.high)
         if not integer:
-            out.append(float("nan"))
+            out += [float("nan"), float("inf"), float("-inf")]
         return out
 
 

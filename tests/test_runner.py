@@ -131,20 +131,30 @@ def test_task_subsets_share_a_folder_but_changed_data_is_refused(smoke_run, glue
         Runner(_config(other, glue_dir, tasks_spec="rte"))
 
 
+def _rec(name: str, **extra) -> dict:
+    """A minimal record the store accepts (store.record_problem), with the cell key ``wnli|seed=0|random|NAME|...``."""
+    return {"task": "wnli", "seed": 0, "method": "random", "condition": "prune-only", "score": 0.5,
+            "primary_metric": "accuracy", "predictions": [0], "labels": [0],
+            "cell": f"wnli|seed=0|random|{name}|prune-only|opts=-", **extra}
+
+
+A, B = _rec("heads:1")["cell"], _rec("heads:2")["cell"]
+
+
 def test_incomplete_last_line_is_repaired(tmp_path):
     path = tmp_path / "records.jsonl"
-    path.write_text(json.dumps({"cell": "a", "x": 1}) + "\n" + '{"cell": "b", "x"')
+    path.write_text(json.dumps(_rec("heads:1", x=1)) + "\n" + json.dumps(_rec("heads:2", x=9))[:40])
     store = RecordStore(tmp_path)
-    assert [r["cell"] for r in store.records()] == ["a"]
-    assert path.read_text() == json.dumps({"cell": "a", "x": 1}) + "\n"
-    store.add({"cell": "b", "x": 2})
-    store.add({"cell": "b", "x": 3})  # never twice
+    assert [r["cell"] for r in store.records()] == [A]
+    assert path.read_text() == json.dumps(_rec("heads:1", x=1)) + "\n"
+    store.add(_rec("heads:2", x=2))
+    store.add(_rec("heads:2", x=3))  # never twice
     assert [json.loads(l)["x"] for l in path.read_text().splitlines()] == [1, 2]
     # a complete line that is not JSON (edited by hand) is moved to rejected.jsonl, named, never dropped silently
-    path.write_text("not json\n" + json.dumps({"cell": "a"}) + "\n")
+    path.write_text("not json\n" + json.dumps(_rec("heads:1")) + "\n")
     store = RecordStore(tmp_path)
     assert [(b.line, b.reason) for b in store.rejected] == [(1, "not valid JSON")]
-    assert [r["cell"] for r in store.records()] == ["a"] and path.read_text() == json.dumps({"cell": "a"}) + "\n"
+    assert [r["cell"] for r in store.records()] == [A] and path.read_text() == json.dumps(_rec("heads:1")) + "\n"
     assert json.loads((tmp_path / "rejected.jsonl").read_text().splitlines()[-1])["text"] == "not json"
 
 
@@ -174,7 +184,7 @@ def test_repair_waits_for_a_line_another_process_is_writing(tmp_path):
     import threading
 
     path = tmp_path / "records.jsonl"
-    first, second = json.dumps({"cell": "a"}), json.dumps({"cell": "b"})
+    first, second = json.dumps(_rec("heads:1")), json.dumps(_rec("heads:2"))
     path.write_text(first + "\n" + second[:5])  # a writer is mid-line ...
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     fcntl.flock(fd, fcntl.LOCK_EX)  # ... and holds the lock, as append_jsonl does
@@ -187,7 +197,7 @@ def test_repair_waits_for_a_line_another_process_is_writing(tmp_path):
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
     reader.join(10)
-    assert [r["cell"] for r in opened[0].records()] == ["a", "b"]
+    assert [r["cell"] for r in opened[0].records()] == [A, B]
     assert path.read_text() == first + "\n" + second + "\n"
 
 

@@ -43,7 +43,8 @@ class UnitStats:
     ``n``/``mean``/``sd`` over all seeds (sample SD, NaN with one seed), ``ci_low``/``ci_high`` the Student-t 95% CI
     of the mean; ``*_clean`` the same without degenerate / base-failed seeds. ``heads_pruned`` and ``wall_s`` are
     means; ``degenerate``/``base_failed`` counts; ``scores`` maps seed -> score; ``target`` the mean head target
-    over the seeds that had one (NaN for none); ``off_budget`` the seeds whose pruned count differs from it.
+    over the seeds that had one (NaN for none) and ``target_range`` its (min, max) over those seeds;
+    ``off_budget`` the seeds whose pruned count differs from their own target.
     """
 
     n: int
@@ -62,6 +63,7 @@ class UnitStats:
     base_failed_seeds: list[int]
     target: float
     off_budget: int
+    target_range: tuple[float, float] = (math.nan, math.nan)
 
     def view(self, which: str) -> tuple[int, float, float]:
         """(n, mean, sd) over ``which`` seeds: ``"all"`` or ``"clean"``."""
@@ -236,7 +238,9 @@ def unit_stats(g: pd.DataFrame) -> UnitStats:
                      scores=dict(zip(g.seed.astype(int), pp)), wall_s=float(pd.to_numeric(g.wall_s).mean()),
                      base_failed_seeds=sorted(int(x) for x in g.seed[g.base_failed.astype(bool)]),
                      target=float(target[has].mean()) if has.any() else math.nan,
-                     off_budget=int((has & (pruned != target)).sum()))
+                     off_budget=int((has & (pruned != target)).sum()),
+                     target_range=(float(target[has].min()), float(target[has].max())) if has.any()
+                     else (math.nan, math.nan))
 
 
 def _predictions(records: list[Record], rows: pd.DataFrame) -> tuple[list, list] | None:

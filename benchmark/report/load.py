@@ -37,9 +37,11 @@ class ReportWarning(UserWarning):
 
 
 def warn(message: str) -> None:
-    """Issue ``message`` as a :class:`ReportWarning` and log it (logger ``benchmark``)."""
+    """Issue ``message`` as a :class:`ReportWarning`, and log it where the logger ``benchmark`` has a handler (the
+    run's ``run.log``; without one, logging would print it to stderr a second time)."""
     warnings.warn(message, ReportWarning, stacklevel=3)
-    log.warning(message)
+    if log.hasHandlers():
+        log.warning(message)
 
 
 def parse_key(text: str) -> CellKey | None:
@@ -141,6 +143,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
         if plans:
             data.planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
     _warn_duplicates(data.duplicates, differing)
+    _warn_mixed_experiments(data.records)
     latest: dict[str, dict[str, Any]] = {}
     for f in failures:
         if f.get("cell") not in seen:
@@ -148,6 +151,15 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
     data.failures = list(latest.values())
     data.frame = records_frame(data.records)
     return data
+
+
+def _warn_mixed_experiments(records: list[Record]) -> None:
+    """Warn when the records come from run folders of different experiments (different config hashes: another
+    model, recipe, data cap or precision), which the tables then pair as if they were one experiment."""
+    hashes = sorted({str(r.provenance.get("config_hash")) for r in records if r.provenance.get("config_hash")})
+    if len(hashes) > 1:
+        warn(f"the records come from {len(hashes)} different experiments (config hashes {', '.join(hashes)}: another "
+             f"model, recipe, data cap or precision); rows of different experiments are compared as if they were one")
 
 
 # --------------------------------------------------------------------------- records -> frame

@@ -116,12 +116,15 @@ def group_title(r: GroupResult) -> str:
 
 
 def heads_cell(s: UnitStats, heads_total: float) -> str:
-    """The "heads pruned" cell of a table row: mean pruned / total, flagged when some seed missed its target
-    (e.g. ``0.0/72 ⚠ target 22, missed on 3/3 seeds``), so an off-budget row is never read as on budget."""
+    """The "heads pruned" cell of a table row: mean pruned / total, flagged when some seed missed its own target
+    (e.g. ``0.0/72 ⚠ target 22, missed on 3/3 seeds``; ``⚠ targets 31-55, ...`` when the targets differ between
+    seeds, as under a matched budget), so an off-budget row is never read as on budget."""
     total = int(heads_total) if np.isfinite(heads_total) else "?"
     text = f"{num(s.heads_pruned, 1)}/{total}"
     if s.off_budget:
-        text += f" ⚠ target {num(s.target, 1 if s.target % 1 else 0)}, missed on {s.off_budget}/{s.n} seeds"
+        low, high = s.target_range
+        wanted = f"target {low:g}" if low == high else f"targets {low:g}–{high:g}"
+        text += f" ⚠ {wanted}, missed on {s.off_budget}/{s.n} seeds"
     return text
 
 
