@@ -74,7 +74,11 @@ class Runner:
         self.method_names = self._method_order()
         model_config = models.check_architecture(config.model)
         total_heads = model_config.num_hidden_layers * model_config.num_attention_heads
-        config.budget.target(total_heads)  # heads:K beyond the model's head count fails now, not after training
+        fixed = config.budget.target(total_heads) if config.budget.kind != "matched" else None  # heads:K too large
+        for name in self.method_names:  # fails now, not after training: checks that need the model and budget
+            pruner = methods.create(name, **config.method_options.get(name, {}))
+            pruner.check_setup(model_config.num_hidden_layers, model_config.num_attention_heads,
+                               None if pruner.own_budget or not pruner.needs_target else fixed, model_config)
         quiet_libraries()
         self.out.mkdir(parents=True, exist_ok=True)  # only now: a refused configuration leaves no empty folder
         self._setup_logging()

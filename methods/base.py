@@ -196,6 +196,32 @@ class HeadPruner(abc.ABC):
         json.dumps(self.options)  # options must be serialisable: they go into every record and the config hash
         self.check_options()
 
+    def check_setup(self, num_layers: int, num_heads: int, target_heads: int | None, model_config: Any) -> None:
+        """Checks that need the model and the budget, run by the runner before any training.
+
+        Args:
+            num_layers, num_heads: the model's mask shape ``[L, H]``.
+            target_heads: the head count the method will be asked to prune, or None where it is only known later
+                (a matched budget) or the method decides it.
+            model_config: the model's Hugging Face config (e.g. ``max_position_embeddings``).
+
+        The default checks ``min_heads_per_layer``, for methods that have that option: at most ``H``, and the
+        target reachable while every layer keeps that many heads. Override (and call ``super()``) for more.
+
+        Raises:
+            OptionError: naming the option, the model's sizes and the target.
+        """
+        floor = self.options.get("min_heads_per_layer")
+        if floor is None:
+            return
+        if floor > num_heads:
+            raise OptionError(f"{self.name}: option min_heads_per_layer ({floor}) exceeds the model's {num_heads} "
+                              f"heads per layer")
+        if target_heads is not None and target_heads > num_layers * (num_heads - floor):
+            raise OptionError(f"{self.name}: option min_heads_per_layer={floor} cannot be met: cannot prune "
+                              f"{target_heads} of {num_layers * num_heads} heads while keeping {floor} in each of "
+                              f"{num_layers} layers")
+
     def check_options(self) -> None:
         """Rules that tie several options together (e.g. a batch no larger than a buffer); runs at construction
         after the per-option ``constraints``. Override and raise :class:`OptionError` naming the options."""

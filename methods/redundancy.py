@@ -44,7 +44,7 @@ from torch import nn
 from methods.attention import attention_maps
 from methods.base import HeadPruner, PruningContext, PruningResult
 from methods.heads import get_layout
-from methods.options import Interval
+from methods.options import Interval, OptionError
 from methods.registry import register
 
 DISTANCES = ("js", "cosine")
@@ -288,6 +288,18 @@ class RedundancyPruner(HeadPruner):
     exact_budget = True
     needs_target = True
     reconstruction = True
+
+    def check_setup(self, num_layers: int, num_heads: int, target_heads: int | None, model_config: Any) -> None:
+        """Also: the random sequences (``seq_length`` tokens) must fit the model's position embeddings.
+
+        Raises:
+            OptionError: ``seq_length`` above ``max_position_embeddings``.
+        """
+        super().check_setup(num_layers, num_heads, target_heads, model_config)
+        max_pos = getattr(model_config, "max_position_embeddings", None)
+        if max_pos is not None and self.options["seq_length"] > max_pos:
+            raise OptionError(f"{self.name}: option seq_length ({self.options['seq_length']}) exceeds the model's "
+                              f"max_position_embeddings ({max_pos})")
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Steps 1-5 of the module docstring (RECONSTRUCTION): the redundancy matrix (cached, see the module

@@ -201,6 +201,12 @@ def test_an_append_waiting_for_the_lock_follows_a_replaced_file(tmp_path, monkey
      "dqn_batch_size (10) must not exceed replay_capacity (5)"),
     (["--methods", "confidence", "--option", "confidence.batch_size=0"], "option batch_size must be >= 1"),
     (["--methods", "random", "--match-per-layer"], "--match-per-layer matches a budget setter's per-layer counts"),
+    (["--methods", "random", "--option", "random.min_heads_per_layer=13"],
+     "option min_heads_per_layer (13) exceeds the model's 12 heads per layer"),
+    (["--methods", "confidence", "--option", "confidence.min_heads_per_layer=12"],
+     "option min_heads_per_layer=12 cannot be met: cannot prune 22 of 72 heads while keeping 12 in each of 6"),
+    (["--methods", "redundancy", "--option", "redundancy.seq_length=100000"],
+     "option seq_length (100000) exceeds the model's max_position_embeddings (512)"),
 ])
 def test_bad_seeds_and_option_ranges_are_refused_before_any_training(glue_dir, tmp_path, extra, message):
     res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--out", str(tmp_path / "o"),
@@ -578,3 +584,9 @@ def test_bench_report_prints_each_warning_once(tmp_path):
     res = CliRunner().invoke(main, ["report", str(folder), "--no-plots"])
     assert res.exit_code == 0, res.output
     assert res.stderr.count("not valid JSON") == 1 and "warning: " in res.stderr
+
+
+def test_an_against_name_without_rows_is_warned_about(tmp_path):
+    folder = write_run(tmp_path / "run", make_records(tasks=("mrpc",), seeds=(0, 1)))
+    with pytest.warns(ReportWarning, match=r"--against aubr: no record of a method called 'aubr'"):
+        build_report([folder], against="original,aubr", plots=False, echo=False, n_boot=100, n_boot_examples=20)

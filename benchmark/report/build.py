@@ -9,7 +9,7 @@ import click
 from benchmark.report import cells, document, tables
 from benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
 from benchmark.report.crosstask import cross_task_summary
-from benchmark.report.load import RunData, load_runs
+from benchmark.report.load import RunData, load_runs, warn
 from benchmark.report.plots import make_plots
 
 FORMATS = ("md", "csv", "tex")
@@ -49,6 +49,18 @@ def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames
         frames.option_sets.to_csv(out_dir / "option_sets.csv", index=False)
 
 
+def _warn_unknown_references(data: RunData, references: Sequence[str]) -> None:
+    """Warn about each ``--against`` name that has no row in the records (a typo compares with nothing); the
+    default references (:data:`DEFAULT_AGAINST`) are exempt, since most folders have no AUBER rows."""
+    present = {r.method for r in data.records} | {"original", "control", "all"}
+    for name in references:
+        if name in DEFAULT_AGAINST:
+            continue
+        if name not in present:
+            warn(f"--against {name}: no record of a method called {name!r} in these folders; nothing is compared "
+                 f"with it (methods present: {', '.join(sorted(present - {'all'}))})")
+
+
 def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[str] | str = DEFAULT_AGAINST,
                  formats: Sequence[str] | str = FORMATS, plots: bool = True, out: str | Path | None = None,
                  echo: bool = True, n_boot: int = 10_000, n_boot_examples: int = 1000, seed: int = 0) -> Path:
@@ -81,6 +93,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     out_dir.mkdir(parents=True, exist_ok=True)
 
     data = load_runs(folders)
+    _warn_unknown_references(data, references)
     results = analyse(data, against="all" if "all" in references else references, n_boot=n_boot,
                       n_boot_examples=n_boot_examples, seed=seed)
     frames = compute_frames(data, results, out_dir / "plots" if plots else None)
