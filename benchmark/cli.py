@@ -108,7 +108,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label} "
                f"| precision {cfg.precision}")
     try:
-        runner.run()
+        with plain_warnings():  # a method's warning (e.g. Voita's step budget) as one line, not Python's form
+            runner.run()
         _finish(cfg, runner, report, plots)
     except OSError as exc:  # the run folder cannot be written (disk full, permissions): one line, no traceback
         message = _folder_error(exc, cfg.out)
