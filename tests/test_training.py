@@ -171,9 +171,10 @@ def test_bf16_autocast_is_on_only_when_asked_and_unknown_values_are_refused():
     with training.autocast(CPU, "fp32"):
         assert dense(torch.randn(1, 32)).dtype == torch.float32
         logits_fp32 = model(input_ids=ids).logits
+    # bf16 rounds the matmul inputs, so the logits change. No closeness bound is asserted: with bfloat16's unit
+    # roundoff 2**-8, tests/tolerances.py's bound (2 * 8 * u * sqrt(N) * scale, N = 697 here) is 1.7, far above
+    # these O(0.02) logits, so it could not fail; a number picked on this CPU would not hold on others.
     assert not torch.equal(logits_bf16.float(), logits_fp32)
-    # bfloat16 keeps 8 significand bits (unit roundoff 2**-8): logits of O(0.1) agree to a few 1e-3
-    assert (logits_bf16.float() - logits_fp32).abs().max() < 0.05
     with pytest.raises(ValueError, match="--precision 'fp16': expected one of fp32, bf16"):
         training.autocast(CPU, "fp16")
     with pytest.raises(ConfigError, match="--precision 'tf32'"):
