@@ -252,7 +252,7 @@ class Runner:
         the pruned cell's own flag."""
         original = self.store.get(original_key)
         if original is not None:
-            return bool(original["degenerate"])
+            return Record.from_dict(original).degenerate  # read as the report reads it (defaults for old schemas)
         if bench.base_failed is None:
             bench.base_failed = bool(cell.evaluate_on_dev(bench, bench.base, None, Counter()).reasons)
         return bench.base_failed
@@ -387,8 +387,10 @@ class Runner:
         if rec is None:
             raise RuntimeError(f"budget {budget.label}: the {setter} cell of {spec.name} seed {seed} has no record "
                                f"(it failed or has not run); cannot match its head count")
-        per_layer = [int(sum(1 for v in row if v == 0)) for row in rec["mask"]] if self.cfg.match_per_layer else None
-        return rec["budget"]["achieved"], per_layer, f"{budget.label} ({setter} pruned {rec['budget']['achieved']})"
+        setter_rec = Record.from_dict(rec)  # read as the report reads it (defaults for old schemas)
+        achieved = setter_rec.budget.achieved
+        per_layer = [int(sum(1 for v in row if v == 0)) for row in setter_rec.mask] if self.cfg.match_per_layer else None
+        return achieved, per_layer, f"{budget.label} ({setter} pruned {achieved})"
 
     def close(self) -> None:
         """Stop logging to ``DIR/run.log``."""
