@@ -108,9 +108,9 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label} "
                f"| precision {cfg.precision}")
     try:
-        with plain_warnings():  # a method's warning (e.g. Voita's step budget) as one line, not Python's form
+        with plain_warnings():  # a method's or the report's warning as one line, not Python's form
             runner.run()
-        _finish(cfg, runner, report, plots)
+            _finish(cfg, runner, report, plots)
     except OSError as exc:  # the run folder cannot be written (disk full, permissions): one line, no traceback
         message = _folder_error(exc, cfg.out)
         log.error(message)  # into run.log too, while its handler is open
@@ -163,8 +163,7 @@ def _finish(cfg, runner, report: bool, plots: bool) -> None:
     if report:
         from benchmark.report import build_report
 
-        with plain_warnings():
-            build_report([cfg.out], plots=plots, echo=False)
+        build_report([cfg.out], plots=plots, echo=False)
         click.echo(f"report (tables, significance tests{', plots' if plots else ''}): {cfg.out}/report/")
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 from contextlib import contextmanager
@@ -624,3 +625,18 @@ def test_a_setter_record_read_with_schema_defaults_does_not_stop_the_run(tmp_pat
     recs = {r["method"]: r for r in RecordStore(out).records()}
     assert recs["random"]["heads_pruned"] == recs["test-fixed-setter"]["heads_pruned"] == 7
     assert recs["random"]["base_failed"] is False  # the original record without "degenerate" reads as False
+
+
+def test_bench_run_prints_the_reports_warnings_as_plain_lines(smoke, glue_dir, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(smoke, folder)
+    with open(folder / "records.jsonl", "a") as fh:  # a duplicated record: the summary and the report both warn
+        fh.write(_lines(folder / "records.jsonl")[0])
+    # a real process: pytest would capture Python's warnings before they reach stderr
+    res = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", "--preset", "smoke", "--tasks", "wnli",
+                          "--methods", "random", "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress",
+                          "--no-plots"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [line for line in res.stderr.splitlines() if "duplicate cell" in line]
+    assert lines and all(line.startswith("warning: 1 duplicate cell(s)") for line in lines)
+    assert "ReportWarning" not in res.stderr
