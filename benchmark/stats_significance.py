@@ -39,7 +39,7 @@ def min_holm_p(n: int, m: int) -> float:
 
 
 def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.random.Generator | None = 0,
-                   rtol: float = 1e-9, atol: float = 1e-12, scale: float | None = None) -> dict[str, Any]:
+                   scale: float | None = None) -> dict[str, Any]:
     """Two-sided sign-flip permutation test of "mean paired difference = 0".
 
     Under H0 (the two methods are exchangeable within each seed) every difference is equally likely to have
@@ -47,8 +47,8 @@ def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.r
     |mean| is at least the observed |mean|. Rounding noise must not decide which patterns are "as extreme":
     the patterns are applied to :func:`snap_differences` (``diffs``, ``scale``) (differences equal up to
     float64 rounding made equal, those within rounding of 0 made 0) and a pattern counts when its |mean| is
-    ``>= |obs| - (atol + rtol*|obs| + tol)``, ``tol`` = :func:`rounding_tolerance` of the scores' magnitude, so
-    float ties count. Constant nonzero differences keep their exact p (``2/2**n``: only the observed pattern
+    ``>= |obs| - tol``, ``tol`` = :func:`rounding_tolerance` of the scores' magnitude (the one rule of every test
+    here), so float ties count. Constant nonzero differences keep their exact p (``2/2**n``: only the observed pattern
     and its mirror reach |obs|); differences that are all zero up to rounding give p = 1.
 
     * n <= :data:`EXACT_MAX_N`: all ``2**n`` patterns are enumerated (the identity included), the p-value is
@@ -60,7 +60,6 @@ def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.r
         diffs: 1-D per-seed differences.
         n_mc: Monte Carlo patterns when n > 16.
         seed: seed or Generator for the Monte Carlo branch.
-        rtol, atol: extra tie tolerance, relative to |obs| and absolute.
         scale: magnitude of the scores the differences came from (see :func:`snap_differences`).
 
     Returns:
@@ -78,7 +77,7 @@ def sign_flip_test(diffs: Sequence[float], n_mc: int = 100_000, seed: int | np.r
     scale = max(_scale(d), 0.0 if scale is None else abs(float(scale)))
     d = snap_differences(d, scale)
     observed = abs(d.mean())
-    threshold = observed - (atol + rtol * observed + rounding_tolerance(scale))
+    threshold = observed - rounding_tolerance(scale)
     if n <= EXACT_MAX_N:
         patterns = np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)
         signs = 1.0 - 2.0 * (patterns & 1)  # (2**n, n) of +-1
