@@ -14,7 +14,7 @@ import click
 
 import methods
 from benchmark import tasks
-from benchmark.config import PRESETS, ConfigError
+from benchmark.config import PRECISIONS, PRESETS, ConfigError
 
 log = logging.getLogger("benchmark")
 
@@ -71,7 +71,7 @@ def list_cmd() -> None:
               help="heads:K | fraction:F | matched:METHOD. Default: the preset's.")
 @click.option("--preset", default="quick", show_default=True, type=click.Choice(list(PRESETS)))
 @click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N")
-@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16"]),
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(list(PRECISIONS)),
               help="bf16: bfloat16 autocast of the forward passes of fine-tuning and evaluation (part of the "
                    "experiment: a folder never mixes precisions).")
 @click.option("--out", default="runs/latest", show_default=True, type=click.Path(file_okay=False),

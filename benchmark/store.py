@@ -109,11 +109,6 @@ def record_problem(entry: Any) -> str | None:
     return None
 
 
-def is_record(entry: Any) -> bool:
-    """True for a JSON object that is a cell's record (:func:`record_problem` finds nothing)."""
-    return record_problem(entry) is None
-
-
 def _entry_problem(key: str, kind: str, what: str) -> Callable[[Any], str | None]:
     """A check of a JSON object whose optional ``key`` must be of ``kind`` (``"str"`` or ``"list of str"``)."""
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from methods.attention import attention_maps
-from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask
 from methods.options import Interval
 from methods.registry import register
 
@@ -66,7 +66,7 @@ class ConfidencePruner(HeadPruner):
 
     name = "confidence"
     report_order, report_color = 20, "#E69F00"
-    constraints = {"exclude_keys": EXCLUDE_CHOICES, "split": ("mini_train", "mini_dev", "train"),
+    constraints = {"exclude_keys": EXCLUDE_CHOICES, "split": SPLITS,
                    "max_examples": Interval(0, None), "batch_size": Interval(1, None),
                    "min_heads_per_layer": Interval(0, None)}
     summary = "Voita et al. 2019 §4.1: prune heads with the lowest mean max-attention weight"

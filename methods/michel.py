@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
+from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
 from methods.heads import apply_head_mask
 from methods.options import Interval
 from methods.registry import register
@@ -131,7 +131,7 @@ class MichelPruner(HeadPruner):
 
     name = "michel"
     report_order, report_color = 30, "#56B4E9"
-    constraints = {"estimator": ESTIMATORS, "mode": MODES, "split": ("mini_train", "mini_dev", "train"),
+    constraints = {"estimator": ESTIMATORS, "mode": MODES, "split": SPLITS,
                    "step_fraction": Interval(0, 1, closed="right"), "max_examples": Interval(0, None),
                    "batch_size": Interval(1, None), "min_heads_per_layer": Interval(0, None)}
     summary = "Michel et al. 2019: prune heads with the lowest E|dL/d gate| (one-shot or iterative)"

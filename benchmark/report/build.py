@@ -6,6 +6,7 @@ from typing import Sequence
 
 import click
 
+from benchmark.records import CONTROL_NAME, ORIGINAL
 from benchmark.report import cells, document, tables
 from benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
 from benchmark.report.crosstask import cross_task_summary
@@ -52,7 +53,7 @@ def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames
 def _warn_unknown_references(data: RunData, references: Sequence[str]) -> None:
     """Warn about each ``--against`` name that has no row in the records (a typo compares with nothing); the
     default references (:data:`DEFAULT_AGAINST`) are exempt, since most folders have no AUBER rows."""
-    present = {r.method for r in data.records} | {"original", "control", "all"}
+    present = {r.method for r in data.records} | {ORIGINAL, CONTROL_NAME, "all"}
     for name in references:
         if name in DEFAULT_AGAINST:
             continue
