@@ -84,12 +84,23 @@ def list_cmd() -> None:
               help="With --budget matched:METHOD, also match METHOD's per-layer counts (used by random).")
 @click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",
               help="A method option, e.g. --option michel.mode=iterative (repeatable).")
+@click.option("--workers", type=int, default=None,
+              help="Run N cells at a time on a local Ray started in-process (needs the 'ray' extra). "
+                   "Default: one cell at a time in this process.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Run cells on an existing Ray cluster (host:port, ray://host:port, or 'auto' for $RAY_ADDRESS).")
+@click.option("--threads-per-cell", type=int, default=None,
+              help="On Ray: CPU threads (and Ray CPUs) per cell. Default: 1 when cells share the machine.")
+@click.option("--gpus-per-cell", type=float, default=None,
+              help="On Ray: the share of a GPU per cell, e.g. 0.25 runs four cells on one GPU. Default with "
+                   "--workers N and a visible GPU: GPUs/N (at most 1); else 0 (CPU).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
-            match_per_layer, options, progress, report, plots) -> None:
+            match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell, progress, report,
+            plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
 
@@ -97,7 +108,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
         cfg = make_run_config(out=out, preset=preset, methods_spec=methods_spec, tasks_spec=tasks_spec, seeds=seeds,
                               model=model, budget=budget, device=device, data_dir=data_dir, recover=recover,
                               match_per_layer=match_per_layer, method_options=_parse_method_options(options),
-                              progress=progress, precision=precision)
+                              progress=progress, precision=precision, workers=workers, ray_address=ray_address,
+                              threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg)
@@ -106,11 +118,13 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
     start = time.time()
     click.echo(f"bench run -> {cfg.out} | model {cfg.model} | device {runner.device} | tasks {','.join(cfg.tasks)} "
                f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label} "
-               f"| precision {cfg.precision}")
+               f"| precision {cfg.precision} | {runner.execution.summary()}")
     try:
         with plain_warnings():  # a method's or the report's warning as one line, not Python's form
             runner.run()
             _finish(cfg, runner, report, plots)
+    except ConfigError as exc:  # Ray cannot be joined (--ray-address)
+        raise click.ClickException(str(exc)) from exc
     except OSError as exc:  # the run folder cannot be written (disk full, permissions): one line, no traceback
         message = _folder_error(exc, cfg.out)
         log.error(message)  # into run.log too, while its handler is open

@@ -4,6 +4,7 @@ model loads or trains.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,6 +41,11 @@ class RunConfig:
         progress: show progress bars.
         precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward passes of every fine-tune and
             evaluation; :func:`benchmark.training.autocast`). Part of the experiment: folders never mix them.
+        workers: run cells on a local Ray, this many at a time (None: serial; :mod:`benchmark.execution`).
+        ray_address: run cells on the Ray cluster at this address (``auto``: ``RAY_ADDRESS``), or None.
+        threads_per_cell: CPU threads (and Ray CPUs) of one cell on Ray; None: the default of
+            :func:`benchmark.execution.resolve_execution`.
+        gpus_per_cell: the share of a GPU one cell reserves on Ray; None: that function's default.
     """
 
     out: Path
@@ -56,21 +62,32 @@ class RunConfig:
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
     precision: str = "fp32"
+    workers: int | None = None
+    ray_address: str | None = None
+    threads_per_cell: int | None = None
+    gpus_per_cell: float | None = None
+
+
+RAY_MISSING = ("Ray is not installed; --workers and --ray-address run cells on Ray. Install it with: "
+               "pip install -e '.[ray]'  (or: pip install 'ray>=2.60,<3')")
 
 
 def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_spec: str, seeds: str | None,
                     model: str | None, budget: str | None, device: str, data_dir: str | None, recover: bool,
                     match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None,
-                    progress: bool = True, precision: str = "fp32") -> RunConfig:
+                    progress: bool = True, precision: str = "fp32", workers: int | None = None,
+                    ray_address: str | None = None, threads_per_cell: int | None = None,
+                    gpus_per_cell: float | None = None) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
-    preset's.
+    preset's. ``workers`` / ``ray_address`` / ``threads_per_cell`` / ``gpus_per_cell``: see :func:`check_execution`.
 
     Raises:
         ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
     """
     p = get_preset(preset)
+    check_execution(workers, ray_address, threads_per_cell, gpus_per_cell)
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     names = _method_names(methods_spec)
@@ -87,7 +104,38 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                      budget=parsed_budget, model=models.normalize_model(model or p.model), device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
-                     precision=precision)
+                     precision=precision, workers=workers, ray_address=ray_address,
+                     threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell)
+
+
+def check_execution(workers: int | None, ray_address: str | None, threads_per_cell: int | None,
+                    gpus_per_cell: float | None) -> None:
+    """Check the Ray options before anything loads: ``workers`` >= 1, not together with ``ray_address`` (a
+    cluster's CPUs and GPUs decide how many cells run at once), ``threads_per_cell`` >= 1, ``gpus_per_cell`` in
+    [0, 1] or a whole number (Ray's fractional GPUs), the last two only on Ray, and Ray importable.
+
+    Raises:
+        ConfigError: naming the option; :data:`RAY_MISSING` when Ray is asked for and not installed.
+    """
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers}: expected a number of cells at a time >= 1")
+    if ray_address is not None and not ray_address.strip():
+        raise ConfigError("--ray-address '': expected a Ray address (host:port, ray://host:port) or 'auto'")
+    if workers is not None and ray_address is not None:
+        raise ConfigError("--workers with --ray-address: on a cluster its CPUs and GPUs decide how many cells run at "
+                          "once (each cell takes --threads-per-cell CPUs and --gpus-per-cell GPUs); drop --workers")
+    on_ray = workers is not None or ray_address is not None
+    for name, value in (("--threads-per-cell", threads_per_cell), ("--gpus-per-cell", gpus_per_cell)):
+        if value is not None and not on_ray:
+            raise ConfigError(f"{name} applies to cells on Ray: add --workers N or --ray-address ADDR")
+    if threads_per_cell is not None and threads_per_cell < 1:
+        raise ConfigError(f"--threads-per-cell {threads_per_cell}: expected >= 1")
+    whole = gpus_per_cell is not None and gpus_per_cell > 1 and float(gpus_per_cell).is_integer()
+    if gpus_per_cell is not None and not (0 <= gpus_per_cell <= 1 or whole):
+        raise ConfigError(f"--gpus-per-cell {gpus_per_cell:g}: expected a share of one GPU in [0, 1] (0.25: four "
+                          f"cells per GPU) or a whole number of GPUs")
+    if on_ray and importlib.util.find_spec("ray") is None:
+        raise ConfigError(RAY_MISSING)
 
 
 def _method_names(methods_spec: str) -> list[str]:

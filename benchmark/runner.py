@@ -10,16 +10,21 @@ Conditions (protocol §4): ``prune-only`` always; with ``recover=True`` also ``p
 re-fine-tuned on mini-train with the same budget for every method, early stopping on mini-dev, mask fixed) and the
 ``control`` (method ``original``: the unpruned base model given the same extra fine-tuning).
 
-The path of one record: :meth:`Runner.run` plans the cells and, per task, :func:`~benchmark.cell.prepare_task`;
-:meth:`Runner._run_seed` gets the base model (:meth:`Runner._base_model`) and runs each cell to do with
-:meth:`Runner._run_cell`: the prune step (:meth:`Runner._prune_step`, the budget from :meth:`Runner._cell_budget`),
-the condition step (:func:`~benchmark.cell.condition_step`), the dev evaluation
-(:func:`~benchmark.cell.evaluate_on_dev`) and :func:`~benchmark.cell.assemble_record`; ``_run_seed`` then sets
-the record's key and ``base_failed`` and :meth:`RecordStore.add <benchmark.store.RecordStore.add>` appends
-``record.to_dict()`` to ``records.jsonl``.
+The path of one record: :meth:`Runner.run` plans the cells; serially (the default) it takes, per task,
+:func:`~benchmark.cell.prepare_task`, and :meth:`Runner._run_seed` gets the base model (:meth:`Runner._base_model`)
+and runs each cell to do with :meth:`Runner._run_cell`, i.e. :meth:`CellWork.run_cell
+<benchmark.cell_work.CellWork.run_cell>`: the prune step (its budget from the run's budget, or from the setter's
+record), the condition step (:func:`~benchmark.cell.condition_step`), the dev evaluation
+(:func:`~benchmark.cell.evaluate_on_dev`) and :func:`~benchmark.cell.assemble_record`; the record gets its key and
+``base_failed`` (:meth:`CellWork.finish <benchmark.cell_work.CellWork.finish>`) and :meth:`RecordStore.add
+<benchmark.store.RecordStore.add>` appends ``record.to_dict()`` to ``records.jsonl``. With ``--workers`` or
+``--ray-address`` the same :class:`~benchmark.cell_work.CellWork` steps run as Ray tasks and this process
+stays the only writer (:mod:`benchmark.parallel`).
 
-Module layout: :mod:`benchmark.run_config` (options), :mod:`benchmark.run_folder` (``run.json``, base models),
-:mod:`benchmark.provenance`, :mod:`benchmark.cell` (the steps of one cell), this module (the cell loop).
+Module layout: :mod:`benchmark.run_config` (options), :mod:`benchmark.execution` (serial or Ray, threads, GPUs),
+:mod:`benchmark.run_folder` (``run.json``, base models), :mod:`benchmark.provenance`, :mod:`benchmark.cell` (the
+steps of one cell), :mod:`benchmark.cell_work` (one cell, anywhere), this module (planning and the serial loop),
+:mod:`benchmark.parallel` (the Ray loop).
 """
 from __future__ import annotations
 
@@ -27,25 +32,23 @@ import dataclasses
 import logging
 import subprocess  # noqa: F401 - tests patch benchmark.runner.subprocess.run (used by provenance._git_commit)
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
 import methods
-from benchmark import cell, models, tasks, training
-from benchmark.cell import DEGENERATE_CLASS_SHARE, SeedBench, TaskData, prepare_task, train_splits  # noqa: F401
+from benchmark import models, tasks
+from benchmark.cell import SeedBench, TaskData, prepare_task
+from benchmark.cell_work import CellWork, PruneState
 from benchmark.config import ConfigError, Experiment
-from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries  # noqa: F401
-from benchmark.records import (CONTROL, NO_BUDGET, ORIGINAL, OWN_BUDGET, PRUNE_ONLY, RECOVER,  # noqa: F401
-                               BudgetInfo, CellKey, Cost, Record)
-from benchmark.run_config import MAX_SEED, RunConfig, make_run_config  # noqa: F401
-from benchmark.run_folder import RunFolderError, check_run_json, save_base_model
+from benchmark.execution import resolve_execution
+from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
+from benchmark.records import CONTROL, ORIGINAL, PRUNE_ONLY, RECOVER, Record
+from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
+from benchmark.run_folder import check_run_json, save_base_model
 from benchmark.store import REJECTED, RecordStore, file_lock
-from benchmark.training import Counter
 
 log = logging.getLogger("benchmark")
 
@@ -66,7 +69,8 @@ class Runner:
     def __init__(self, config: RunConfig) -> None:
         self.cfg = config
         self.out = Path(config.out)
-        self.device = models.resolve_device(config.device)
+        self.execution = resolve_execution(config)  # serial, or on Ray; the device cells run on
+        self.device = self.execution.device
         self.task_specs = [tasks.get_task(t) for t in config.tasks]
         self.data_dir = tasks.resolve_data_dir(config.data_dir)
         # Read every task's files now: a missing or malformed file fails the run before any training.
@@ -107,9 +111,12 @@ class Runner:
         self.provenance = {"git_commit": _git_commit(self.out), "versions": _versions(), "model": config.model,
                            "model_revision": self.experiment.model_revision,
                            "data_hashes": self.experiment.data_hashes, "config_hash": self.config_hash}
+        self.work = CellWork(cfg=config, provenance=self.provenance, budget_label=self.budget_label,
+                             method_classes={m: methods.get_method_class(m) for m in self.method_names},
+                             device=self.device)
         self.failures: list[dict[str, Any]] = []
-        # the last PruningResult, reused by the prune+recover cell of the same (task, seed, method)
-        self._pruned: dict[tuple[str, int, str], tuple[Any, float, dict[str, int]]] = {}
+        # the last prune step, reused by the prune+recover cell of the same (task, seed, method)
+        self._pruned: dict[tuple[str, int, str], PruneState] = {}
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -147,20 +154,6 @@ class Runner:
 
     # ------------------------------------------------------------------ cells
 
-    def cell_key(self, task: str, seed: int, method: str, condition: str, options: dict[str, Any] | None) -> str:
-        """The key a cell is stored under (:class:`~benchmark.records.CellKey`), with this run's budget spec of
-        ``method`` and the hash of its ``options``."""
-        return str(CellKey.of(task, seed, method, self._budget_spec(method), condition, options))
-
-    def _budget_spec(self, method: str) -> str:
-        """The budget a cell of ``method`` is keyed and recorded with: ``none`` for the unpruned model, ``own`` for
-        a method that decides its own count (``HeadPruner.own_budget``, e.g. AUBER), else the run's budget."""
-        if method == ORIGINAL:
-            return NO_BUDGET
-        if methods.get_method_class(method).own_budget:
-            return OWN_BUDGET
-        return self.budget_label
-
     def planned_cells(self) -> list[tuple[str, int, str, str]]:
         """(task, seed, method, condition) of every cell of this run, in execution order."""
         conditions = [PRUNE_ONLY] + ([RECOVER] if self.cfg.recover else [])
@@ -176,9 +169,8 @@ class Runner:
         return cells
 
     def _key(self, task: str, seed: int, method: str, condition: str) -> str:
-        """:meth:`cell_key` of a planned cell, with the options ``method`` runs with in this run."""
-        opts = None if method == ORIGINAL else self._create(method).get_options()
-        return self.cell_key(task, seed, method, condition, opts)
+        """The key of a planned cell (:meth:`CellWork.key <benchmark.cell_work.CellWork.key>`)."""
+        return self.work.key(task, seed, method, condition)
 
     def _create(self, method: str):
         """A fresh pruner of ``method`` with this run's options for it."""
@@ -187,8 +179,9 @@ class Runner:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> list[dict[str, Any]]:
-        """Compute every missing cell; returns the records of this run's cells (finished ones included), as the
-        JSON objects of ``records.jsonl``.
+        """Compute every missing cell, one at a time here or on Ray (``--workers`` / ``--ray-address``, see
+        :mod:`benchmark.parallel`); returns the records of this run's cells (finished ones included), as the JSON
+        objects of ``records.jsonl``.
 
         Failed cells are written to ``failures.jsonl`` and listed in ``self.failures``; the other cells go on.
         """
@@ -198,37 +191,50 @@ class Runner:
         self.store.add_plan({"started": now_utc(), "argv": sys.argv[1:], "git_commit": self.provenance["git_commit"],
                              "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
                              "methods": self.method_names, "budget": self.budget_label, "recover": self.cfg.recover,
-                             "cells": keys, "to_do": len(todo)})
-        log.info("run %s: %d cells planned, %d to do (device %s)", self.out, len(keys), len(todo), self.device)
+                             "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})
+        log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
+                 self.execution.summary())
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         self.tokenizer = None
         try:
-            for spec in self.task_specs:
-                seeds_todo = [s for s in self.cfg.seeds
-                              if any(self._key(*c) in todo for c in planned if c[0] == spec.name and c[1] == s)]
-                if not seeds_todo:
-                    continue
-                if self.tokenizer is None:
-                    self.tokenizer = models.load_tokenizer(self.cfg.model)
-                data = prepare_task(spec, self.raw[spec.name], self.tokenizer, self.cfg.preset,
-                                    self.experiment.subsample_seed)
-                for seed in seeds_todo:
-                    cells = [c for c in planned if c[0] == spec.name and c[1] == seed]
-                    self._run_seed(data, seed, cells, todo, bar)
+            if self.execution.parallel:
+                from benchmark.parallel import run_on_ray
+
+                run_on_ray(self, planned, todo, bar)
+            else:
+                self._run_serial(planned, todo, bar)
         finally:
             bar.close()
         return [self.store.get(k) for k in keys if self.store.get(k) is not None]
 
+    def seeds_to_do(self, planned, todo: set[str]) -> list[tuple[tasks.TaskSpec, list[int]]]:
+        """Per task of the run (in order), the seeds that have a cell in ``todo``; tasks without one left out."""
+        out = []
+        for spec in self.task_specs:
+            seeds = [s for s in self.cfg.seeds
+                     if any(self._key(*c) in todo for c in planned if c[0] == spec.name and c[1] == s)]
+            if seeds:
+                out.append((spec, seeds))
+        return out
+
+    def task_data(self, spec: tasks.TaskSpec) -> TaskData:
+        """The task's capped, tokenised splits (:func:`~benchmark.cell.prepare_task`); loads the tokenizer once."""
+        if self.tokenizer is None:
+            self.tokenizer = models.load_tokenizer(self.cfg.model)
+        return prepare_task(spec, self.raw[spec.name], self.tokenizer, self.cfg.preset, self.experiment.subsample_seed)
+
+    def _run_serial(self, planned, todo: set[str], bar) -> None:
+        """Today's path: the cells one at a time in this process, (task, seed) by (task, seed)."""
+        for spec, seeds in self.seeds_to_do(planned, todo):
+            data = self.task_data(spec)
+            for seed in seeds:
+                cells = [c for c in planned if c[0] == spec.name and c[1] == seed]
+                self._run_seed(data, seed, cells, todo, bar)
+
     def _run_seed(self, data: TaskData, seed: int, cells, todo: set[str], bar) -> None:
         """Run the cells of one (task, seed) that are in ``todo``; store each record, or its failure."""
         spec = data.spec
-        mini_train_idx, mini_dev_idx = train_splits(len(data.train), seed, self.cfg.preset.mini_dev_fraction)
-        bench = SeedBench(data=data, seed=seed, base=self._base_model(data, seed),
-                          splits={"mini_train": data.train.select(mini_train_idx),
-                                  "mini_dev": data.train.select(mini_dev_idx), "train": data.train},
-                          tokenizer=self.tokenizer, device=self.device, model_name=self.cfg.model,
-                          recover=self.cfg.preset.recover, progress=self.cfg.progress,
-                          precision=self.cfg.precision)
+        bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         for task_name, _, method, condition in cells:
             key = self._key(task_name, seed, method, condition)
@@ -238,159 +244,76 @@ class Runner:
             try:
                 record = self._run_cell(bench, method, condition)
             except Exception as exc:  # noqa: BLE001 - a failed cell must not lose the others
-                self._fail(key, spec.name, seed, method, condition, exc)
+                self.record_failure(key, spec.name, seed, method, condition, f"{type(exc).__name__}: {exc}",
+                                    traceback.format_exc())
             else:
-                record.base_failed = self._base_failed(bench, original_key)
-                record.cell = key
-                self.store.add(record)
+                self.store.add(self.work.finish(record, key, bench, self.store.get(original_key)))
                 todo.discard(key)
             bar.update(1)
 
-    def _base_failed(self, bench: SeedBench, original_key: str) -> bool:
-        """Whether the unpruned base model of ``bench``'s (task, seed) is degenerate: its ``original`` record's flag,
-        or, when that cell has no record (it failed), the base model's own dev evaluation (computed once), never
-        the pruned cell's own flag."""
-        original = self.store.get(original_key)
-        if original is not None:
-            return Record.from_dict(original).degenerate  # read as the report reads it (defaults for old schemas)
-        if bench.base_failed is None:
-            bench.base_failed = bool(cell.evaluate_on_dev(bench, bench.base, None, Counter()).reasons)
-        return bench.base_failed
+    def _run_cell(self, bench: SeedBench, method: str, condition: str) -> Record:
+        """One cell (:meth:`CellWork.run_cell <benchmark.cell_work.CellWork.run_cell>`) with the setter's record
+        from the store; a method's prune-only result is kept for its prune+recover cell."""
+        spec = bench.data.spec
+        setter = self.work.setter()
+        setter_record = self.store.get(self._key(spec.name, bench.seed, setter, PRUNE_ONLY)) if setter else None
+        cache_key = (spec.name, bench.seed, method)
+        record, state = self.work.run_cell(bench, method, condition, setter_record, self._pruned.get(cache_key))
+        if state is not None:
+            self._pruned = {cache_key: state}  # keep one: models are large
+        return record
 
-    def _fail(self, key: str, task: str, seed: int, method: str, condition: str, exc: Exception) -> None:
+    def record_failure(self, key: str, task: str, seed: int, method: str, condition: str, error: str,
+                       trace: str) -> None:
         """Record a failed cell in ``failures.jsonl`` and ``self.failures``, log it and say it (it is retried by
         the next run)."""
         failure = {"cell": key, "task": task, "seed": seed, "method": method, "condition": condition,
-                   "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(), "time": now_utc()}
+                   "error": error, "traceback": trace, "time": now_utc()}
         self.store.add_failure(failure)
         self.failures.append(failure)
-        log.error("cell %s failed: %s", key, failure["error"])
-        tqdm.write(f"FAILED {key}: {failure['error']}")
+        log.error("cell %s failed: %s", key, error)
+        tqdm.write(f"FAILED {key}: {error}")
 
     # ------------------------------------------------------------------ base model
+
+    def base_folder(self, task: str, seed: int) -> Path:
+        """Where the base model of (``task``, ``seed``) is cached."""
+        return self.out / "base" / f"{task}-seed{seed}"
+
+    def base_lock(self, task: str, seed: int) -> Path:
+        """The lock file of that base model: processes sharing the folder train it once."""
+        return self.out / f".base-{task}-seed{seed}.lock"
+
+    def save_base(self, task: str, seed: int, model, info: dict[str, Any]) -> None:
+        """Save a base model fine-tuned elsewhere (a Ray worker) under its (task, seed)'s lock, unless another
+        process saved it first.
+
+        Raises:
+            RunFolderError: it cannot be saved.
+        """
+        folder = self.base_folder(task, seed)
+        with open(self.base_lock(task, seed), "a+b") as lock, file_lock(lock.fileno()):
+            if not (folder / "config.json").exists():
+                save_base_model(model, self.tokenizer, folder, info)
+        log.info("base model %s trained in %.0f s", folder, info["wall_s"])
 
     def _base_model(self, data: TaskData, seed: int):
         """Fine-tune the pre-trained model on the (capped) train split with ``seed``, or load it from
         ``DIR/base/<task>-seed<seed>`` when a previous run finished it. Saved atomically (tmp dir + rename).
 
         Raises:
-            RunFolderError: the fine-tuned model cannot be saved.
+            RunFolderError: the cached model cannot be loaded, or the fine-tuned one cannot be saved.
         """
-        folder = self.out / "base" / f"{data.spec.name}-seed{seed}"
+        folder = self.base_folder(data.spec.name, seed)
         # one lock per (task, seed): processes sharing the folder that need the same base model train it once;
         # the others wait, then load it
-        with open(self.out / f".base-{data.spec.name}-seed{seed}.lock", "a+b") as lock, file_lock(lock.fileno()):
+        with open(self.base_lock(data.spec.name, seed), "a+b") as lock, file_lock(lock.fileno()):
             if (folder / "config.json").exists():
-                return self._load_base(folder)
-            return self._train_base(data, seed, folder)
-
-    def _load_base(self, folder: Path):
-        """The cached base model in ``folder``, in fp32 on the run's device.
-
-        Raises:
-            RunFolderError: the folder cannot be loaded (a damaged or incomplete save); says to delete it.
-        """
-        log.info("reusing base model %s", folder)
-        from transformers import AutoModelForSequenceClassification
-
-        try:
-            model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
-        except Exception as exc:  # noqa: BLE001 - safetensors, OSError, JSON errors: all mean a damaged folder
-            raise RunFolderError(f"{folder}: the cached base model cannot be loaded ({type(exc).__name__}: {exc}); "
-                                 f"delete that folder and rerun to fine-tune it again") from exc
-        return model.to(self.device).eval()
-
-    def _train_base(self, data: TaskData, seed: int, folder: Path):
-        """Fine-tune the base model of (task, ``seed``) and save it to ``folder`` (see :meth:`_base_model`)."""
-        torch.manual_seed(seed)  # the classification head's initialisation
-        model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
-        start = time.time()
-        training.fine_tune(model, data.train, self.tokenizer, self.device, self.cfg.preset.train, seed=seed,
-                           desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress,
-                           precision=self.cfg.precision)
-        save_base_model(model, self.tokenizer, folder, {"wall_s": time.time() - start, "examples": len(data.train),
-                                                        "seed": seed, "finished": now_utc()})
-        log.info("base model %s trained in %.0f s", folder, time.time() - start)
-        return model.eval()
-
-    # ------------------------------------------------------------------ one cell
-
-    def _run_cell(self, bench: SeedBench, method: str, condition: str) -> Record:
-        """One cell: prune step, condition step, dev evaluation, the record (its key and ``base_failed`` are set by
-        :meth:`_run_seed`)."""
-        counter = Counter()
-        started, t0 = now_utc(), time.time()
-        pruned = self._prune_step(bench, method, counter)
-        model = cell.condition_step(bench, pruned, condition, counter)
-        dev = cell.evaluate_on_dev(bench, model, cell.dev_mask(method, condition, pruned), counter)
-        cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),
-                    **counter.as_dict())
-        return cell.assemble_record(bench, method, condition, pruned, dev, cost, self.provenance, started, now_utc())
-
-    def _prune_step(self, bench: SeedBench, method: str, counter: Counter) -> cell.Pruned:
-        """Prune a copy of the base model with ``method`` under the cell's budget, or reuse the result of the
-        method's prune-only cell of the same (task, seed) that just ran (its cost is counted again).
-
-        Raises:
-            ConfigError: the method needs a head budget and none applies.
-            RuntimeError: ``matched:METHOD`` and the setter's cell has no record.
-        """
-        if method == ORIGINAL:
-            return cell.unpruned(bench)
-        pruner = self._create(method)
-        options = pruner.get_options()
-        budget, per_layer = self._cell_budget(pruner, method, bench)
-        cache_key = (bench.data.spec.name, bench.seed, method)
-        if cache_key in self._pruned:  # the prune-only cell of this method just ran: same mask, no recompute
-            result, prune_s, prune_cost = self._pruned[cache_key]
-            counter.forward += prune_cost["forward_examples"]
-            counter.backward += prune_cost["backward_examples"]
-        else:
-            ctx = bench.context(counter, budget.target, per_layer)
-            work = training.clone_model(bench.base)
-            t_prune = time.time()
-            result = pruner.prune(work, ctx)
-            prune_s = time.time() - t_prune
-            self._pruned = {cache_key: (result, prune_s, counter.as_dict())}  # keep one: models are large
-        return cell.pruned_by(bench, method, result, options, budget, prune_s)
-
-    def _cell_budget(self, pruner, method: str, bench: SeedBench) -> tuple[BudgetInfo, list[int] | None]:
-        """The budget of a cell of ``method`` (``achieved`` still 0: set from the mask) and the per-layer target
-        counts (``[L]``, with ``--match-per-layer``; else None).
-
-        Raises:
-            ConfigError: the method needs a head budget and none applies.
-        """
-        spec = self._budget_spec(method)
-        if self.cfg.budget.kind == "matched" and method == self.cfg.budget.value:
-            return BudgetInfo(spec, None, 0, f"decides its own count; sets the budget {self.budget_label}"), None
-        if pruner.own_budget:
-            target, per_layer, note = None, None, "decides its own count"
-        else:
-            target, per_layer, note = self._target(bench.data.spec, bench.seed, bench.total_heads)
-        if target is None and pruner.needs_target:
-            raise ConfigError(f"method '{method}' needs a head budget")
-        return BudgetInfo(spec, target, 0, note), per_layer
-
-    def _target(self, spec: tasks.TaskSpec, seed: int, total_heads: int) -> tuple[int | None, list[int] | None, str]:
-        """(target head count, per-layer counts or None, note) of the run's budget on a (task, seed): the count of
-        ``heads:K`` / ``fraction:F``, or the count the setter of ``matched:METHOD`` pruned there.
-
-        Raises:
-            RuntimeError: ``matched:METHOD`` and the setter's cell has no record (it failed or has not run).
-        """
-        budget = self.cfg.budget
-        if budget.kind != "matched":
-            return budget.target(total_heads), None, budget.label
-        setter = budget.value
-        rec = self.store.get(self._key(spec.name, seed, setter, PRUNE_ONLY))
-        if rec is None:
-            raise RuntimeError(f"budget {budget.label}: the {setter} cell of {spec.name} seed {seed} has no record "
-                               f"(it failed or has not run); cannot match its head count")
-        setter_rec = Record.from_dict(rec)  # read as the report reads it (defaults for old schemas)
-        achieved = setter_rec.budget.achieved
-        per_layer = [int(sum(1 for v in row if v == 0)) for row in setter_rec.mask] if self.cfg.match_per_layer else None
-        return achieved, per_layer, f"{budget.label} ({setter} pruned {achieved})"
+                return self.work.load_base(folder)
+            model, info = self.work.train_base(data, seed, self.tokenizer)
+            save_base_model(model, self.tokenizer, folder, info)
+            log.info("base model %s trained in %.0f s", folder, info["wall_s"])
+            return model
 
     def close(self) -> None:
         """Stop logging to ``DIR/run.log``."""

@@ -1,0 +1,232 @@
+"""What one cell needs to run anywhere: :class:`CellWork`, the picklable part of a run (its configuration,
+provenance, budget label, the method classes and the device), with the steps that turn a (task, seed)'s
+:class:`~benchmark.cell.SeedBench` into a :class:`~benchmark.records.Record`.
+
+The serial runner (:mod:`benchmark.runner`) and the Ray workers (:mod:`benchmark.parallel`) call the same
+methods, so a cell computes the same record in either: what a cell depends on besides its (task, seed) is passed
+in explicitly (the budget setter's record for ``matched:METHOD``, the unpruned cell's record for ``base_failed``,
+the prune-only result a ``prune+recover`` cell reuses), never read from the run folder.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmark import cell, models, tasks, training
+from benchmark.cell import SeedBench, TaskData, train_splits
+from benchmark.config import ConfigError
+from benchmark.provenance import now_utc
+from benchmark.records import NO_BUDGET, ORIGINAL, OWN_BUDGET, BudgetInfo, CellKey, Cost, Record
+from benchmark.run_config import RunConfig
+from benchmark.run_folder import RunFolderError
+from benchmark.training import Counter
+from methods.base import HeadPruner, PruningResult
+
+log = logging.getLogger("benchmark")
+
+
+@dataclass
+class PruneState:
+    """A method's prune step, kept so that its ``prune+recover`` cell reuses it instead of pruning again.
+
+    Attributes:
+        result: the method's :class:`~methods.base.PruningResult` (a re-trained ``model`` on the CPU when it
+            travels between processes).
+        prune_s: wall seconds the prune took.
+        cost: the prune's ``forward_examples`` / ``backward_examples`` (counted again by the reusing cell).
+    """
+
+    result: PruningResult
+    prune_s: float
+    cost: dict[str, int]
+
+
+@dataclass
+class CellWork:
+    """The part of a run every cell needs, picklable so that a Ray worker gets it whole.
+
+    Attributes:
+        cfg: the run's :class:`~benchmark.run_config.RunConfig`.
+        provenance: what every record carries (git commit, versions, model revision, data hashes, config hash).
+        budget_label: the run's budget as recorded (``fraction:0.3``, ``matched:auber/per-layer``, ...).
+        method_classes: the run's methods by name, so that a worker needs no registry (a method registered on
+            the fly by the driver's script travels with them).
+        device: where cells run.
+    """
+
+    cfg: RunConfig
+    provenance: dict[str, Any]
+    budget_label: str
+    method_classes: dict[str, type[HeadPruner]]
+    device: torch.device
+
+    # ------------------------------------------------------------------ keys and budgets
+
+    def create(self, method: str) -> HeadPruner:
+        """A fresh pruner of ``method`` with this run's options for it."""
+        return self.method_classes[method](**self.cfg.method_options.get(method, {}))
+
+    def budget_spec(self, method: str) -> str:
+        """The budget a cell of ``method`` is keyed and recorded with: ``none`` for the unpruned model, ``own`` for
+        a method that decides its own count (``HeadPruner.own_budget``, e.g. AUBER), else the run's budget."""
+        if method == ORIGINAL:
+            return NO_BUDGET
+        if self.method_classes[method].own_budget:
+            return OWN_BUDGET
+        return self.budget_label
+
+    def key(self, task: str, seed: int, method: str, condition: str) -> str:
+        """The key of a planned cell (:class:`~benchmark.records.CellKey`), with the options ``method`` runs
+        with in this run."""
+        options = None if method == ORIGINAL else self.create(method).get_options()
+        return str(CellKey.of(task, seed, method, self.budget_spec(method), condition, options))
+
+    def setter(self) -> str | None:
+        """The budget setter of ``matched:METHOD`` (None for any other budget)."""
+        return self.cfg.budget.value if self.cfg.budget.kind == "matched" else None
+
+    # ------------------------------------------------------------------ base model and bench
+
+    def train_base(self, data: TaskData, seed: int, tokenizer) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """Fine-tune the pre-trained model on the task's (capped) train split with ``seed``; returns the model (in
+        eval mode) and its ``train_info`` (wall seconds, examples, seed, finish time)."""
+        torch.manual_seed(seed)  # the classification head's initialisation
+        model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
+        start = time.time()
+        training.fine_tune(model, data.train, tokenizer, self.device, self.cfg.preset.train, seed=seed,
+                           desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress,
+                           precision=self.cfg.precision)
+        info = {"wall_s": time.time() - start, "examples": len(data.train), "seed": seed, "finished": now_utc()}
+        return model.eval(), info
+
+    def load_base(self, folder: Path) -> torch.nn.Module:
+        """The cached base model in ``folder``, in fp32 on this work's device.
+
+        Raises:
+            RunFolderError: the folder cannot be loaded (a damaged or incomplete save); says to delete it.
+        """
+        log.info("reusing base model %s", folder)
+        from transformers import AutoModelForSequenceClassification
+
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
+        except Exception as exc:  # noqa: BLE001 - safetensors, OSError, JSON errors: all mean a damaged folder
+            raise RunFolderError(f"{folder}: the cached base model cannot be loaded ({type(exc).__name__}: {exc}); "
+                                 f"delete that folder and rerun to fine-tune it again") from exc
+        return model.to(self.device).eval()
+
+    def seed_bench(self, data: TaskData, seed: int, base: torch.nn.Module, tokenizer) -> SeedBench:
+        """The :class:`~benchmark.cell.SeedBench` of (``data``'s task, ``seed``) around the base model."""
+        mini_train_idx, mini_dev_idx = train_splits(len(data.train), seed, self.cfg.preset.mini_dev_fraction)
+        return SeedBench(data=data, seed=seed, base=base,
+                         splits={"mini_train": data.train.select(mini_train_idx),
+                                 "mini_dev": data.train.select(mini_dev_idx), "train": data.train},
+                         tokenizer=tokenizer, device=self.device, model_name=self.cfg.model,
+                         recover=self.cfg.preset.recover, progress=self.cfg.progress, precision=self.cfg.precision)
+
+    # ------------------------------------------------------------------ one cell
+
+    def run_cell(self, bench: SeedBench, method: str, condition: str, setter_record: dict[str, Any] | None,
+                 reuse: PruneState | None = None) -> tuple[Record, PruneState | None]:
+        """One cell: prune step, condition step, dev evaluation; returns the record (its ``cell`` key and
+        ``base_failed`` are left to the caller) and the prune step (None for the unpruned model) for reuse.
+
+        Args:
+            setter_record: the budget setter's prune-only record of this (task, seed) as stored (``matched:``
+                budgets only; None: it has none).
+            reuse: the prune step of this method's prune-only cell of the same (task, seed), or None to prune.
+
+        Raises:
+            ConfigError: the method needs a head budget and none applies.
+            RuntimeError: ``matched:METHOD`` and ``setter_record`` is None.
+        """
+        counter = Counter()
+        started, t0 = now_utc(), time.time()
+        pruned, state = self._prune_step(bench, method, counter, setter_record, reuse)
+        model = cell.condition_step(bench, pruned, condition, counter)
+        dev = cell.evaluate_on_dev(bench, model, cell.dev_mask(method, condition, pruned), counter)
+        cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),
+                    **counter.as_dict())
+        record = cell.assemble_record(bench, method, condition, pruned, dev, cost, self.provenance, started, now_utc())
+        return record, state
+
+    def _prune_step(self, bench: SeedBench, method: str, counter: Counter, setter_record: dict[str, Any] | None,
+                    reuse: PruneState | None) -> tuple[cell.Pruned, PruneState | None]:
+        """Prune a copy of the base model with ``method`` under the cell's budget, or take ``reuse`` (its cost is
+        counted again)."""
+        if method == ORIGINAL:
+            return cell.unpruned(bench), None
+        pruner = self.create(method)
+        options = pruner.get_options()
+        budget, per_layer = self._cell_budget(pruner, method, bench, setter_record)
+        if reuse is not None:  # the prune-only cell of this method: same mask, no recompute
+            state = reuse
+            counter.forward += state.cost["forward_examples"]
+            counter.backward += state.cost["backward_examples"]
+        else:
+            ctx = bench.context(counter, budget.target, per_layer)
+            work = training.clone_model(bench.base)
+            t_prune = time.time()
+            result = pruner.prune(work, ctx)
+            state = PruneState(result, time.time() - t_prune, counter.as_dict())
+        return cell.pruned_by(bench, method, state.result, options, budget, state.prune_s), state
+
+    def _cell_budget(self, pruner: HeadPruner, method: str, bench: SeedBench,
+                     setter_record: dict[str, Any] | None) -> tuple[BudgetInfo, list[int] | None]:
+        """The budget of a cell of ``method`` (``achieved`` still 0: set from the mask) and the per-layer target
+        counts (``[L]``, with ``--match-per-layer``; else None).
+
+        Raises:
+            ConfigError: the method needs a head budget and none applies.
+        """
+        spec = self.budget_spec(method)
+        if method == self.setter():
+            return BudgetInfo(spec, None, 0, f"decides its own count; sets the budget {self.budget_label}"), None
+        if pruner.own_budget:
+            target, per_layer, note = None, None, "decides its own count"
+        else:
+            target, per_layer, note = self.target(bench.data.spec, bench.seed, bench.total_heads, setter_record)
+        if target is None and pruner.needs_target:
+            raise ConfigError(f"method '{method}' needs a head budget")
+        return BudgetInfo(spec, target, 0, note), per_layer
+
+    def target(self, spec: tasks.TaskSpec, seed: int, total_heads: int,
+               setter_record: dict[str, Any] | None) -> tuple[int | None, list[int] | None, str]:
+        """(target head count, per-layer counts or None, note) of the run's budget on a (task, seed): the count of
+        ``heads:K`` / ``fraction:F``, or the count the setter of ``matched:METHOD`` pruned there.
+
+        Raises:
+            RuntimeError: ``matched:METHOD`` and ``setter_record`` is None (the setter's cell failed).
+        """
+        budget = self.cfg.budget
+        if budget.kind != "matched":
+            return budget.target(total_heads), None, budget.label
+        if setter_record is None:
+            raise RuntimeError(f"budget {budget.label}: the {budget.value} cell of {spec.name} seed {seed} has no "
+                               f"record (it failed or has not run); cannot match its head count")
+        setter = Record.from_dict(setter_record)  # read as the report reads it (defaults for old schemas)
+        achieved = setter.budget.achieved
+        per_layer = [int(sum(1 for v in row if v == 0)) for row in setter.mask] if self.cfg.match_per_layer else None
+        return achieved, per_layer, f"{budget.label} ({budget.value} pruned {achieved})"
+
+    def base_failed(self, bench: SeedBench, original_record: dict[str, Any] | None) -> bool:
+        """Whether the unpruned base model of ``bench``'s (task, seed) is degenerate: its ``original`` record's flag,
+        or, when that cell has no record (it failed), the base model's own dev evaluation (computed once per
+        bench), never the pruned cell's own flag."""
+        if original_record is not None:
+            return Record.from_dict(original_record).degenerate  # read as the report reads it
+        if bench.base_failed is None:
+            bench.base_failed = bool(cell.evaluate_on_dev(bench, bench.base, None, Counter()).reasons)
+        return bench.base_failed
+
+    def finish(self, record: Record, key: str, bench: SeedBench, original_record: dict[str, Any] | None) -> Record:
+        """``record`` with its planned ``key`` and ``base_failed`` set (see :meth:`base_failed`)."""
+        record.base_failed = self.base_failed(bench, original_record)
+        record.cell = key
+        return record
+

@@ -1,0 +1,65 @@
+"""Test-only methods for the Ray tests (``test_parallel.py``), in their own module so that a ``bench run``
+subprocess can register them too (``python -c "import parallel_methods; ..."`` with ``tests/`` on the path).
+
+Ray workers cannot import this module (``tests/`` is not on their path); it is pickled by value, so its classes
+travel to the workers inside :class:`~benchmark.cell_work.CellWork`, as a user's own registered method would.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+from ray import cloudpickle  # the cloudpickle Ray serialises with
+
+from methods import HeadPruner, PruningResult, register
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SETTER_SLEEP_S = 2.0
+
+
+@register
+class SlowSetter(HeadPruner):
+    """Decides its own count, like AUBER, after :data:`SETTER_SLEEP_S` seconds: prunes heads 1, 3, 5, 7, 9, 11 of
+    layer 0 and head 0 of layer 5 (7 heads). As the setter of ``matched:test-slow-setter`` it makes a cell that
+    did not wait for it start visibly earlier than it finished."""
+
+    name = "test-slow-setter"
+    summary = "test only: decides its own head count, slowly"
+    needs_target = False
+    exact_budget = False
+
+    def prune(self, model, context):
+        time.sleep(SETTER_SLEEP_S)
+        mask = torch.ones(context.num_layers, context.num_heads)
+        mask[0, 1::2] = 0
+        mask[5, 0] = 0
+        return PruningResult(mask=mask)
+
+
+@register
+class Raises(HeadPruner):
+    """Raises in its prune step."""
+
+    name = "test-raises"
+    summary = "test only: its prune step raises"
+    needs_target = False
+    exact_budget = False
+
+    def prune(self, model, context):
+        raise RuntimeError("deliberate failure in the prune step")
+
+
+@register
+class KillsItsProcess(HeadPruner):
+    """Ends the process it runs in (``os._exit``), as a worker killed by the OOM killer or a segfault would."""
+
+    name = "test-kills-process"
+    summary = "test only: its prune step ends the process"
+    needs_target = False
+    exact_budget = False
+
+    def prune(self, model, context):
+        os._exit(3)

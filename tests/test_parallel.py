@@ -1,0 +1,229 @@
+"""Cells on Ray (``bench run --workers N`` / ``--ray-address``) on real GLUE data with the packaged MiniLM (smoke
+preset): records equal to the serial run's, a killed driver resumed, failures in workers, matched budgets waiting
+for their setter, the options' checks.
+
+One local Ray per module (``ray.init(num_cpus=2)``, shut down at the end, no process left behind): each new Ray
+worker pays 10-20 s importing torch on two cores, and the runner uses an already initialised Ray as it is.
+
+Equality is exact: the serial reference runs with one torch thread, as every Ray cell does by default with
+``--workers 2``, so both compute the same operations in the same order. (With a different thread count, e.g. the
+serial default of all cores, float32 reductions such as Michel's accumulated gradients change in their last bits;
+masks, predictions and metrics then agree whenever no score is within rounding of a tie.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+from click.testing import CliRunner
+
+import parallel_methods
+from benchmark.cli import main
+from benchmark.config import ConfigError
+from benchmark.execution import resolve_execution
+from benchmark.records import Record
+from benchmark.run_config import RAY_MISSING
+from benchmark.runner import Runner
+from benchmark.store import RecordStore
+from smoke_runs import run_smoke, smoke_config, stable
+
+TESTS = Path(__file__).resolve().parent
+SETTER = parallel_methods.SlowSetter.name
+RUN = dict(methods_spec=f"random,michel,{SETTER}", tasks_spec="wnli,rte", budget=f"matched:{SETTER}", recover=True)
+CLI_RUN = ["--preset", "smoke", "--methods", RUN["methods_spec"], "--tasks", RUN["tasks_spec"], "--budget",
+           RUN["budget"], "--recover", "--device", "cpu", "--no-progress", "--no-report"]
+N_CELLS = 16  # per task: original (prune-only, control), then 3 methods x (prune-only, prune+recover)
+
+
+def _ray_processes(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker`` (the module's Ray temp folder)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and marker in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A local Ray of 2 CPUs for the module; its GCS address. Shut down at the end, leaving no process."""
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp)
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        deadline = time.time() + 30
+        while _ray_processes(temp) and time.time() < deadline:
+            time.sleep(0.5)
+        left = _ray_processes(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+        assert not left, f"Ray processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory, glue_dir):
+    """The serial run of :data:`RUN` on one torch thread (as each Ray cell): the reference."""
+    out = tmp_path_factory.mktemp("serial")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_smoke(out, glue_dir, **RUN)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _bench(args: list[str]):
+    return CliRunner().invoke(main, ["run", *args])
+
+
+@pytest.fixture(scope="module")
+def parallel_run(ray_address, glue_dir, tmp_path_factory):
+    """:data:`RUN` through the CLI with ``--workers 2``: (folder, CLI result)."""
+    out = tmp_path_factory.mktemp("parallel")
+    return out, _bench([*CLI_RUN, "--workers", "2", "--data-dir", str(glue_dir), "--out", str(out)])
+
+
+def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run):
+    out, res = parallel_run
+    assert res.exit_code == 0, res.output
+    assert "Ray: 2 local workers, 1 thread(s) per cell" in res.output
+    parallel, serial = RecordStore(out).records(), RecordStore(serial_run).records()
+    assert len(parallel) == len(serial) == N_CELLS
+    assert stable(parallel) == stable(serial)  # masks, scores, per-example predictions, metrics, budgets, flags
+    assert sorted(p.name for p in (out / "base").iterdir()) == ["rte-seed0", "wnli-seed0"]  # saved by the driver
+    plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
+    assert plan["execution"] == {"mode": "ray", "workers": 2, "ray_address": None, "threads_per_cell": 1,
+                                 "gpus_per_cell": 0.0, "device": "cpu"}
+
+
+def test_matched_cells_wait_for_their_setter(parallel_run):
+    out, res = parallel_run
+    assert res.exit_code == 0, res.output
+    records = [Record.from_dict(r) for r in RecordStore(out).records()]
+    for task in ("wnli", "rte"):
+        [setter] = [r for r in records if r.task == task and r.method == SETTER and r.condition == "prune-only"]
+        matched = [r for r in records if r.task == task and r.method in ("random", "michel")]
+        assert len(matched) == 4 and setter.heads_pruned == 7
+        for r in matched:  # each started after the setter's cell had finished, with its count as the target
+            assert r.started_at >= setter.finished_at and r.budget.target == 7 == r.heads_pruned, r.cell
+
+
+def test_a_failing_method_and_a_dying_worker_land_in_failures_and_the_rest_finishes(ray_address, glue_dir, tmp_path):
+    args = ["--preset", "smoke", "--methods", "random,test-raises,test-kills-process", "--tasks", "wnli",
+            "--budget", "heads:10", "--device", "cpu", "--no-progress", "--no-report", "--workers", "2",
+            "--data-dir", str(glue_dir), "--out", str(tmp_path)]
+    res = _bench(args)
+    assert res.exit_code == 1
+    assert {r["method"] for r in RecordStore(tmp_path).records()} == {"original", "random"}
+    failures = {f["method"]: f for f in map(json.loads, (tmp_path / "failures.jsonl").read_text().splitlines())}
+    assert set(failures) == {"test-raises", "test-kills-process"}
+    assert failures["test-raises"]["error"] == "RuntimeError: deliberate failure in the prune step"
+    assert "parallel_methods.py" in failures["test-raises"]["traceback"]  # the worker's traceback came back
+    assert "died" in failures["test-kills-process"]["error"].lower(), failures["test-kills-process"]
+    assert "2 cell(s) failed" in res.output
+    # a rerun retries exactly the failed cells
+    res = _bench(args)
+    assert res.exit_code == 1
+    plan = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
+    assert plan["to_do"] == 2 and len((tmp_path / "failures.jsonl").read_text().splitlines()) == 4
+
+
+def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, serial_run, glue_dir, tmp_path):
+    """A `bench run` driver on this module's Ray cluster (--ray-address) killed with SIGKILL after a few records,
+    then rerun: nothing finished is lost or computed again, and the records equal the serial run's."""
+    out = tmp_path / "killed"
+    code = "import sys, parallel_methods; from benchmark.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", code, "run", *CLI_RUN, "--ray-address", ray_address, "--data-dir", str(glue_dir),
+           "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    records = out / "records.jsonl"
+    deadline = time.time() + 400
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and len(records.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = RecordStore(out).records()
+    assert 3 <= len(before) < N_CELLS
+    res = _bench([*CLI_RUN, "--workers", "2", "--data-dir", str(glue_dir), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
+    assert plan["to_do"] == N_CELLS - len(before)  # what was written is not computed again
+    resumed = RecordStore(out).records()
+    assert len(resumed) == len(records.read_text().splitlines()) == N_CELLS  # nothing lost, nothing twice
+    assert stable(resumed) == stable(RecordStore(serial_run).records())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(workers=0), "--workers 0: expected a number of cells at a time >= 1"),
+    (dict(workers=2, ray_address="auto"), "--workers with --ray-address"),
+    (dict(ray_address=" "), "--ray-address '': expected a Ray address"),
+    (dict(threads_per_cell=2), "--threads-per-cell applies to cells on Ray: add --workers N or --ray-address"),
+    (dict(gpus_per_cell=0.5), "--gpus-per-cell applies to cells on Ray"),
+    (dict(workers=2, threads_per_cell=0), "--threads-per-cell 0: expected >= 1"),
+    (dict(workers=2, gpus_per_cell=1.5), "--gpus-per-cell 1.5: expected a share of one GPU in [0, 1]"),
+    (dict(workers=2, gpus_per_cell=-1.0), "--gpus-per-cell -1: expected a share"),
+])
+def test_ray_options_are_checked_before_anything_loads(kwargs, message, tmp_path, glue_dir):
+    with pytest.raises(ConfigError) as err:
+        smoke_config(tmp_path / "run", glue_dir, **kwargs)
+    assert message in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_workers_without_ray_say_what_to_install(monkeypatch, tmp_path, glue_dir):
+    real = __import__("importlib").util.find_spec
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    res = _bench(["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--workers", "2",
+                  "--data-dir", str(glue_dir), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 1 and res.output.strip().splitlines()[-1] == f"Error: {RAY_MISSING}"
+    assert "pip install -e '.[ray]'" in RAY_MISSING and not (tmp_path / "run").exists()
+
+
+def test_gpu_share_and_threads_default_from_the_workers(monkeypatch, tmp_path, glue_dir):
+    """Packing: with a visible GPU, --workers 4 gives each cell a quarter of it and runs cells on CUDA; the
+    device type (part of the experiment) follows the GPU share, not the driver's own device."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    ex = resolve_execution(smoke_config(tmp_path, glue_dir, workers=4, device="auto"))
+    assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.25, 1, "cuda")
+    ex = resolve_execution(smoke_config(tmp_path, glue_dir, workers=4, device="cpu"))
+    assert (ex.gpus_per_cell, ex.device.type) == (0.0, "cpu")
+    ex = resolve_execution(smoke_config(tmp_path, glue_dir, ray_address="auto", gpus_per_cell=0.125, device="auto"))
+    assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.125, 1, "cuda")
+    with pytest.raises(ConfigError, match="--device cuda on Ray needs --gpus-per-cell"):
+        resolve_execution(smoke_config(tmp_path, glue_dir, ray_address="auto", device="cuda"))
+    with pytest.raises(ConfigError, match="Ray assigns each cell its GPU"):
+        resolve_execution(smoke_config(tmp_path, glue_dir, workers=2, device="cuda:1"))
+    with pytest.raises(ConfigError, match="--gpus-per-cell 0.5 with --device cpu"):
+        resolve_execution(smoke_config(tmp_path, glue_dir, workers=2, device="cpu", gpus_per_cell=0.5))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    ex = resolve_execution(smoke_config(tmp_path, glue_dir, workers=1))
+    assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.0, os.cpu_count(), "cpu")
+
+
+def test_serial_runs_are_unchanged_by_the_ray_options(tmp_path, glue_dir):
+    runner = Runner(smoke_config(tmp_path, glue_dir))
+    try:
+        assert not runner.execution.parallel and runner.execution.describe() == {"mode": "serial", "device": "cpu"}
+    finally:
+        runner.close()
