@@ -233,7 +233,6 @@ class _Pending:
     method: str = ""
     condition: str = ""
     key: str = ""
-    data: Any = None  # for a base: the task's data
 
     def label(self) -> str:
         """What the progress text says of it."""
@@ -312,7 +311,7 @@ class _Driver:
 
     def _base(self, spec, seed: int):
         """The object ref of the base model: the cached folder's model, or a Ray task that trains it."""
-        data, data_ref = self._data(spec)
+        _, data_ref = self._data(spec)
         folder = self.runner.base_folder(spec.name, seed)
         if (folder / "config.json").exists():
             import torch
@@ -320,7 +319,7 @@ class _Driver:
             cpu_work = dataclasses.replace(self.work, device=torch.device("cpu"))
             return self.ray.put((cpu_work.load_base(folder), None))
         ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
-        self.pending[ref] = _Pending("base", spec.name, seed, key=f"base|{spec.name}|{seed}", data=data)
+        self.pending[ref] = _Pending("base", spec.name, seed, key=f"base|{spec.name}|{seed}")
         return ref
 
     def _submit_group(self, spec, seed: int) -> None:
@@ -350,7 +349,8 @@ class _Driver:
                 inputs[method], states[method] = out_ref, state_ref
             self.pending[out_ref] = _Pending("cell", task, seed, method, condition, key)
             count += 1
-        self.open_groups[(spec.name, seed)] = count
+        if count:  # (a group is only submitted with a cell to do)
+            self.open_groups[(spec.name, seed)] = count
 
     # ------------------------------------------------------------------ collecting
 

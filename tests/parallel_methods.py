@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 
 import torch
 from ray import cloudpickle  # the cloudpickle Ray serialises with
@@ -18,13 +19,15 @@ from methods import HeadPruner, PruningResult, register
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SETTER_SLEEP_S = 2.0
+LOG_LINE = "a log line from the prune step"
+WARNING = "a warning from the prune step"
 
 
 @register
 class SlowSetter(HeadPruner):
     """Decides its own count, like AUBER, after :data:`SETTER_SLEEP_S` seconds: prunes heads 1, 3, 5, 7, 9, 11 of
     layer 0 and head 0 of layer 5 (7 heads). As the setter of ``matched:test-slow-setter`` it makes a cell that
-    did not wait for it start visibly earlier than it finished."""
+    did not wait for it start visibly earlier than it finished. Logs :data:`LOG_LINE` and warns :data:`WARNING`."""
 
     name = "test-slow-setter"
     summary = "test only: decides its own head count, slowly"
@@ -33,6 +36,8 @@ class SlowSetter(HeadPruner):
 
     def prune(self, model, context):
         time.sleep(SETTER_SLEEP_S)
+        context.log(f"{self.name}: {LOG_LINE}")
+        warnings.warn(f"{self.name}: {WARNING}")
         mask = torch.ones(context.num_layers, context.num_heads)
         mask[0, 1::2] = 0
         mask[5, 0] = 0

@@ -2,6 +2,11 @@
 and records without the fields that differ between two runs of the same cell."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 from benchmark.runner import Runner, make_run_config
@@ -33,3 +38,19 @@ def run_smoke(out, glue_dir, **overrides: Any) -> Runner:
 def stable(records) -> dict[str, dict[str, Any]]:
     """Records by cell key without the :data:`VOLATILE` fields."""
     return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
+
+
+def kill_after_records(cmd: list[str], records: Path, n: int, timeout_s: float = 400, **popen: Any) -> int:
+    """Start ``cmd`` (a ``bench run``) in its own process group, SIGKILL the group once ``records`` holds ``n``
+    lines, and return how many lines it holds then; fails the test if the run ended before it could be killed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            **popen)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and len(records.read_text().splitlines()) >= n:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return len(records.read_text().splitlines())

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from benchmark.config import ConfigError
 from benchmark.runner import Runner
 from benchmark.store import RecordStore
 from methods import HeadPruner, PruningResult, register
-from smoke_runs import run_smoke, smoke_config, stable
+from smoke_runs import kill_after_records, run_smoke, smoke_config, stable
 
 METHODS = "random,confidence,michel"
 TASKS = "wnli,mrpc"
@@ -207,17 +205,8 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, t
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS, "--tasks", TASKS,
            "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     records = out / "records.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if records.exists() and len(records.read_text().splitlines()) >= 5:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    n_before = len(records.read_text().splitlines())
+    n_before = kill_after_records(cmd, records, 5, timeout_s=300)
     assert 5 <= n_before < 8
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
