@@ -226,6 +226,17 @@ class HeadPruner(abc.ABC):
         """Rules that tie several options together (e.g. a batch no larger than a buffer); runs at construction
         after the per-option ``constraints``. Override and raise :class:`OptionError` naming the options."""
 
+    def changes_weights(self) -> bool:
+        """Whether :meth:`prune`, with these options, returns re-trained weights (``PruningResult.retrained``):
+        AUBER always; Voita and DSP when they train jointly. Default: False.
+
+        The runner applies every method's mask to the same base weights (prune-only, prune+recover); for a method
+        that changes weights it also evaluates the method's own weights, as the separate row "METHOD, own
+        fine-tuning" (condition ``own-fine-tuning``, protocol.md §4). The conformance check asserts that a method
+        returning ``retrained=True`` says so here.
+        """
+        return False
+
     def get_options(self) -> dict[str, Any]:
         """The method's options (defaults merged with what the constructor got), JSON-serialisable."""
         return copy.deepcopy(self.options)

@@ -235,6 +235,9 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
             assert bool(torch.isfinite(result.scores).all()), "scores are not all finite"
         if result.retrained:
             assert result.model is not None, "retrained=True but no model returned"
+            assert pruner.changes_weights(), (
+                f"method '{cls.name}' returned retrained=True but changes_weights() is False; override "
+                f"changes_weights() so that the runner evaluates its own weights as a separate row")
         else:
             after = _state(model)
             changed = [k for k in before if not torch.equal(before[k], after[k])]

@@ -193,6 +193,10 @@ class DSPPruner(HeadPruner):
     exact_budget = True
     needs_target = True
 
+    def changes_weights(self) -> bool:
+        """True for the variants that train the model with ``w`` ("joint", "ste")."""
+        return self.options["variant"] in ("joint", "ste")
+
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Learn ``w`` with the shared loop (:func:`methods.gates.run_gate_training`) through the variant's mask
         (:class:`SubsetMask`), then keep the hard top-K of ``w`` (module docstring).

@@ -29,10 +29,17 @@ Choices (shared/reference/methods.md §5), each a named option:
   (0.0015, README BERT/MNLI command) is the default ``l0_lambda``. ``"mean"``: per-layer sums averaged over the
   layers, as in the official TF code (``problems/concrete.py``: ``tf.reduce_mean`` of the collection); the same
   training as "sum" with lambda divided by the number of layers.
-* ``joint`` -- False (default): only ``log_a`` trains, the base model is frozen (the DSP port's ``run_voita.py``
-  default, and the same protocol as our default DSP, since both start from the fine-tuned base model). True:
-  every parameter trains as in Voita's procedure (continue training a converged model with gates); the result
-  then carries the re-trained model (``retrained=True``).
+* ``joint`` -- True (default): every parameter trains with the gates, as in Voita et al.'s procedure (continue
+  training a converged model with gates) and the DSP repository's BERT command; the result then carries the
+  re-trained model (``retrained=True``), which the runner evaluates as the separate row "voita, own fine-tuning"
+  (its mask alone is applied to the shared base weights in every other condition). False: only ``log_a`` trains,
+  the base model frozen (the DSP port's ``run_voita.py`` default): a named variant.
+* ``fold_gates`` -- True (default): Voita's network at test time multiplies each head by its deterministic gate,
+  which may be fractional; the returned re-trained model has those gate values folded into its value rows
+  (:func:`methods.heads.scale_value_heads`, exact), so evaluated with the 0/1 mask it is that network (a head
+  reopened by the completion to K, gate 0, stays whole). The trace
+  counts the kept heads whose gate is fractional (``fractional_gates``): on the base weights the mask keeps them
+  whole.
 * ``selection`` -- how the final mask is read from the gates: ``"closed"`` (default, Voita: prune the heads whose
   deterministic gate is 0), ``"threshold"`` (prune gates <= 0.5; the DSP port's ``convert_gate_to_mask``), or
   ``"topk"`` (prune the ``context.target_heads`` heads of lowest ``log_a``; the DSP port's ``--num_of_heads``
@@ -44,9 +51,14 @@ Choices (shared/reference/methods.md §5), each a named option:
   bracketed, the next lambda is the geometric mean of the bracket. At most ``search_runs`` runs, every run from
   the same base model with the same seeded noise, data order and dropout (only lambda differs). The run whose
   count is nearest to K wins (the earliest on ties). The trace records every run, the achieved count and how it
-  was reached. The count is then *not* guaranteed to equal K, so ``exact_budget`` is False; with
-  ``selection="topk"`` the result always prunes exactly K heads. Without a target the method runs once at
-  ``l0_lambda`` and decides the count itself (it can then set a matched budget).
+  was reached. The search alone does not guarantee K; with ``exact`` (default True) the kept run's count is then
+  completed to exactly K by the rank of ``log_a`` (the tie-break of the DSP port's top-K: the K lowest ``log_a``
+  are pruned; since "closed" prunes exactly the heads with ``log_a`` at or below the cutoff, this adds the
+  next-lowest heads when the search pruned too few and reopens the closed heads of highest ``log_a`` when it
+  pruned too many), and the trace says how many the search itself pruned (``search_pruned``). Every comparison of
+  the report then pairs equal counts (protocol §3). ``exact=False`` keeps the search's count (``exact_budget`` is
+  False for that variant). With ``selection="topk"`` the result always prunes exactly K heads. Without a target
+  the method runs once at ``l0_lambda`` and decides the count itself (it can then set a matched budget).
 
 Training [INFERRED where the sources are silent; the loop is shared with DSP, :mod:`methods.gates`]: a deep copy
 of the base model, in train mode (dropout on, as in the official Trainer), on ``mini_train`` batches (shuffled,
@@ -80,7 +92,7 @@ from torch import nn
 
 from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
 from methods.gates import EarlyStopping, GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
-from methods.heads import HeadMask
+from methods.heads import HeadMask, scale_value_heads
 from methods.options import Interval
 from methods.registry import register
 
@@ -216,6 +228,17 @@ def select_heads(log_a: torch.Tensor, selection: str, target: int | None = None,
     return keep.float()
 
 
+def gate_counts(gates: torch.Tensor, mask: torch.Tensor) -> dict[str, int]:
+    """How binary the final gates are, against the final ``[L, H]`` mask: ``fractional_gates`` (kept heads whose
+    deterministic gate is strictly between 0 and 1: Voita's network scales them at test time, the 0/1 mask keeps
+    them whole), ``kept_closed_gates`` (kept heads whose gate is 0) and ``pruned_open_gates`` (pruned heads whose
+    gate is above 0; both only after a completion to exactly K)."""
+    gates, keep = gates.detach().cpu().double(), mask.detach().cpu() > 0
+    return {"fractional_gates": int(((gates > 0) & (gates < 1) & keep).sum()),
+            "kept_closed_gates": int(((gates == 0) & keep).sum()),
+            "pruned_open_gates": int(((gates > 0) & ~keep).sum())}
+
+
 # --------------------------------------------------------------------------------------------- training
 
 
@@ -342,7 +365,7 @@ class VoitaPruner(HeadPruner):
             original code's note: "YOU HAVE TO SET THIS AGAIN FOR EACH EXPERIMENT".
         penalty_reduction (str, "sum"): "sum" over all heads (BERT port) or "mean" over layers (official TF).
         beta (float, 0.33), gamma (float, -0.1), zeta (float, 1.1), eps (float, 1e-6): gate constants.
-        joint (bool, False): also train the model's parameters (then ``retrained=True``).
+        joint (bool, True): also train the model's parameters (then ``retrained=True``), as Voita et al. did.
         gate_lr (float, 0.1): lr of ``log_a``. lr (float, 2e-5): lr of the model when joint.
         weight_decay (float, 0.0): of the model parameters when joint (the port's optimizer has none).
         max_grad_norm (float, 1.0): clipping (0 = none). linear_decay (bool, True): lr decays linearly to 0.
@@ -353,6 +376,10 @@ class VoitaPruner(HeadPruner):
         selection (str, "closed"): "closed", "threshold" or "topk".
         search_runs (int, 6): maximum runs of the lambda search (target given, selection closed/threshold).
         search_factor (float, 10.0): lambda multiplier while K is not bracketed.
+        exact (bool, True): with a target and selection "closed"/"threshold", complete the search's count to exactly
+            K by the rank of ``log_a`` (module docstring, "Budget").
+        fold_gates (bool, True): when joint, multiply each kept head's value rows by its deterministic gate in the
+            returned model, so that model with the 0/1 mask is the gated network Voita evaluates at test time.
 
     Returns ``scores`` = trained ``log_a`` ``[L, H]`` (higher = more open); the trace carries every run, the
     deterministic gates, the achieved count and how it was reached.
@@ -375,12 +402,16 @@ class VoitaPruner(HeadPruner):
     summary = ("Voita et al. 2019: hard-concrete L0 head gates trained on mini-train; prune the closed gates "
                "(lambda search, or top-K, for a budget)")
     defaults = {"l0_lambda": 0.0015, "penalty_reduction": "sum", "beta": 0.33, "gamma": -0.1, "zeta": 1.1,
-                "eps": 1e-6, "joint": False, "gate_lr": 0.1, "lr": 2e-5, "weight_decay": 0.0, "max_grad_norm": 1.0,
+                "eps": 1e-6, "joint": True, "gate_lr": 0.1, "lr": 2e-5, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "linear_decay": True, "epochs": 3.0, "max_steps": 0, "batch_size": 32, "early_stopping": True,
                 "evals_per_epoch": 2, "patience": 2, "selection": "closed", "search_runs": 6,
-                "search_factor": 10.0}
-    exact_budget = False  # only selection="topk" guarantees exactly K; the lambda search may end near K
+                "search_factor": 10.0, "exact": True, "fold_gates": True}
+    exact_budget = False  # with exact=False the lambda search may end near K (exact=True, the default, hits K)
     needs_target = False
+
+    def changes_weights(self) -> bool:
+        """True when the gates train jointly with the model (option ``joint``)."""
+        return bool(self.options["joint"])
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Train gates and read the mask (module docstring, "Budget"): one run at ``l0_lambda`` without a target or
@@ -411,14 +442,25 @@ class VoitaPruner(HeadPruner):
                    else "one run at lambda (no target: the method decides the count)")
         else:
             best, how = self.lambda_search(model, context, target, runs)
+        search_pruned = best["pruned"]
+        if opts["exact"] and target is not None and selection != "topk" and search_pruned != target:
+            best["mask"] = lowest_k_mask(best["log_a"].double(), target)  # the rank of log_a decides the rest
+            best["pruned"] = target
+            how += f"; completed to exactly {target} by the rank of log_a (the search pruned {search_pruned})"
         gates = deterministic_gates(best["log_a"], opts["gamma"], opts["zeta"])
-        trace = {**base_trace, "achieved": best["pruned"], "how": how, "lambda": best["lambda"], "runs": runs,
-                 **self.reach_report(best, context, target),
+        trace = {**base_trace, "achieved": best["pruned"], "search_pruned": search_pruned, "how": how,
+                 "lambda": best["lambda"], "runs": runs, **self.reach_report(best, context, target),
+                 **gate_counts(gates, best["mask"]),
                  "deterministic_gates": [[round(float(v), 6) for v in row] for row in gates],
                  "log_a": [[round(float(v), 6) for v in row] for row in best["log_a"]]}
         retrained = bool(opts["joint"])
-        return PruningResult(mask=best["mask"], scores=best["log_a"].clone(), retrained=retrained,
-                             model=best["model"] if retrained else None, trace=trace)
+        model_out = best["model"] if retrained else None
+        if model_out is not None and opts["fold_gates"]:
+            # a kept head's fractional gate scales it; a head reopened by the completion to K (gate 0) stays whole
+            scale_value_heads(model_out, torch.where(gates > 0, gates, torch.ones_like(gates)))
+            trace["folded_gates"] = True
+        return PruningResult(mask=best["mask"], scores=best["log_a"].clone(), retrained=retrained, model=model_out,
+                             trace=trace)
 
     def one_run(self, model: nn.Module, context: PruningContext, target: int | None, lam: float,
                 runs: list[dict[str, Any]]) -> dict[str, Any]:

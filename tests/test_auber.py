@@ -430,3 +430,30 @@ def test_fast_scorer_self_check_follows_rounding_and_catches_a_wrong_logit(monke
     monkeypatch.setattr(FastScorer, "_batch_logits", lambda self, i, mask: real(self, i, mask) + 1e-2)
     with pytest.raises(FastScorerUnsupported, match="rounding allows"):
         FastScorer(model, batches, 1, base, accuracy)
+
+
+def test_null_reward_controls_take_the_information_out_of_the_rewards():
+    """reward_control "zero": every reward is 0; "shuffled-labels": the mini-dev is scored against a seeded
+    permutation of its labels (the same on every run: check_pruner runs twice), so the rewards are not AUBER's;
+    the per-layer fine-tunes keep the true labels. The ablation auber-null runs "shuffled-labels"."""
+    opts = dict(episodes=4, final_finetune=False, layer_finetune_epochs=0.0)
+    true = check_pruner("auber", **opts).trace["layers"]
+    zero = check_pruner("auber", reward_control="zero", **opts).trace["layers"]
+    assert all(r == 0 for e in zero for r in e["rewards"]) and {e["reward_path"] for e in zero} == {"fast+zero"}
+    shuffled = check_pruner("auber", reward_control="shuffled-labels", **opts).trace["layers"]
+    assert {e["reward_path"] for e in shuffled} == {"fast+shuffled-labels"} and {e["reward_path"] for e in true} == {"fast"}
+    # the scorer's labels: a seeded permutation of the true mini-dev labels, another one per layer
+    model = tiny_model()
+    ctx = synthetic_context(model)
+    dev_idx, mask = list(range(32)), torch.ones(3, 4)
+    labels = lambda control, layer: AuberPruner(reward_control=control)._scorer(  # noqa: E731
+        model, ctx, layer, mask, dev_idx)[0].labels
+    plain, once, again = labels("none", 0), labels("shuffled-labels", 0), labels("shuffled-labels", 0)
+    assert sorted(once) == sorted(plain) and list(once) != list(plain) and list(once) == list(again)
+    assert list(labels("shuffled-labels", 1)) != list(once)
+    null = methods.get_method_class("auber-null")
+    assert null.ablation_of == "auber" and null().get_options()["reward_control"] == "shuffled-labels"
+    with pytest.raises(ValueError, match="shuffled-labels.*needs a scorer with mini-dev labels"):
+        model = tiny_model()
+        AuberPruner(episodes=1, reward_control="shuffled-labels").set_score_function(lambda layer, pruned: 0.5).prune(
+            model, synthetic_context(model))

@@ -15,11 +15,13 @@ import torch.nn.functional as F
 import methods
 from methods.conformance import CLS, SEP, check_pruner, collate, synthetic_context, tiny_model
 from methods.dsp import (TINY, gumbel_noise, gumbel_soft_top_k, hard_top_k, soft_top_k, ste_top_k, temperature)
-from methods.heads import get_layout
+from methods.base import lowest_k_mask
+from methods.heads import apply_head_mask, get_layout, scale_value_heads
 from methods.redundancy import (clear_cache, cluster_medoid_mask, model_digest, pairwise_head_distances,
                                 random_token_batches, redundancy_matrix)
-from methods.voita import (VoitaPruner, close_threshold, deterministic_gates, hard_concrete, l0_penalty, max_travel,
-                           prob_fully_open, prob_open, prune_threshold, sample_gates, select_heads, train_gates)
+from methods.voita import (VoitaPruner, close_threshold, deterministic_gates, gate_counts, hard_concrete, l0_penalty,
+                           max_travel, prob_fully_open, prob_open, prune_threshold, sample_gates, select_heads,
+                           train_gates)
 
 
 
@@ -273,16 +275,62 @@ def test_voita_topk_conforms_and_prunes_exactly_k():
     assert "top-K" in result.trace["how"] and len(result.trace["runs"]) == 1
 
 
-def test_voita_lambda_search_conforms_and_records_how_the_count_was_reached():
-    result = check_pruner("voita", target_heads=3, search_runs=3, search_factor=100.0, gate_lr=2.0, **FAST_VOITA)
+@pytest.mark.parametrize("exact", [False, True])
+def test_voita_lambda_search_conforms_and_records_how_the_count_was_reached(exact):
+    result = check_pruner("voita", target_heads=3, search_runs=3, search_factor=100.0, gate_lr=2.0, exact=exact,
+                          **FAST_VOITA)
     trace = result.trace
     runs = trace["runs"]
     assert 1 <= len(runs) <= 3 and trace["achieved"] == result.heads_pruned
-    assert trace["achieved"] == min((r["pruned"] for r in runs), key=lambda c: abs(c - 3))
+    assert trace["search_pruned"] == min((r["pruned"] for r in runs), key=lambda c: abs(c - 3))
     assert "lambda search" in trace["how"] and ("exact" in trace["how"] or "nearest" in trace["how"])
     lambdas = [r["lambda"] for r in runs]
     assert lambdas[0] == pytest.approx(0.0015) and len(set(lambdas)) == len(lambdas)
     assert not methods.get_method_class("voita").exact_budget
+    if not exact:
+        assert trace["achieved"] == trace["search_pruned"]
+        return
+    # exact: the count is K, the K lowest log_a pruned (a superset or subset of the search's closed gates)
+    log_a = torch.tensor(trace["log_a"], dtype=torch.float64)
+    assert trace["achieved"] == 3 and torch.equal(result.mask, lowest_k_mask(log_a, 3))
+    assert ("completed to exactly 3" in trace["how"]) == (trace["search_pruned"] != 3)
+    closed = torch.tensor(trace["deterministic_gates"]) == 0
+    pruned = result.mask == 0
+    assert bool((closed & ~pruned).any()) == (trace["search_pruned"] > 3) == (trace["kept_closed_gates"] > 0)
+    assert bool((pruned & ~closed).any()) == (trace["search_pruned"] < 3) == (trace["pruned_open_gates"] > 0)
+
+
+def test_gate_counts_and_folded_gates_equal_the_gated_network():
+    gates = torch.tensor([[0.0, 0.3, 1.0], [1.0, 0.0, 0.7]])
+    mask = torch.tensor([[0.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    assert gate_counts(gates, mask) == {"fractional_gates": 1, "kept_closed_gates": 1, "pruned_open_gates": 1}
+    # the value rows scaled by a gate == the head's output scaled by it (exact in float64)
+    model = tiny_model().double().eval()
+    g = torch.rand(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ids = torch.randint(5, 40, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), apply_head_mask(model, g):
+        gated = model(input_ids=ids).logits
+    folded = scale_value_heads(copy.deepcopy(model), g)
+    with torch.no_grad():
+        assert torch.allclose(folded(input_ids=ids).logits, gated, rtol=0, atol=1e-12)
+
+
+def test_voita_joint_folds_its_fractional_gates_into_its_own_weights():
+    result = check_pruner("voita", target_heads=3, search_runs=1, **FAST_VOITA)  # the defaults: joint, fold, exact
+    trace = result.trace
+    assert result.retrained and trace["joint"] and trace["folded_gates"] and result.heads_pruned == 3
+    assert {"fractional_gates", "kept_closed_gates", "pruned_open_gates"} <= set(trace)
+    unfolded = check_pruner("voita", target_heads=3, search_runs=1, fold_gates=False, **FAST_VOITA)
+    assert "folded_gates" not in unfolded.trace and torch.equal(unfolded.mask, result.mask)
+    gates = torch.tensor(trace["deterministic_gates"], dtype=torch.float32)
+    factor = torch.where(gates > 0, gates, torch.ones_like(gates))
+    layout = get_layout(unfolded.model)
+    for layer in range(layout.num_layers):  # the folded value rows are the unfolded ones times the gate
+        d = layout.head_size
+        for h in range(layout.num_heads):
+            rows = slice(h * d, (h + 1) * d)
+            assert torch.allclose(get_layout(result.model).value(layer).weight[rows],
+                                  layout.value(layer).weight[rows] * factor[layer, h], rtol=1e-6, atol=1e-7)
 
 
 def test_gate_travel_and_prune_thresholds_known_values():
@@ -316,7 +364,7 @@ def test_voita_says_when_the_step_budget_not_lambda_caps_the_count(trained_tiny)
     try:
         with pytest.warns(UserWarning, match="initialisation, not lambda, caps the count below the target"):
             result = methods.create("voita", max_steps=3, gate_lr=0.8, linear_decay=False, early_stopping=False,
-                                    search_runs=1, l0_lambda=10.0).prune(model, ctx)
+                                    search_runs=1, l0_lambda=10.0, exact=False).prune(model, ctx)
     finally:
         ctx.target_heads = None
     assert result.trace["closable_heads"] == short["closable"] and "raise the option epochs" in result.trace["warning"]

@@ -45,6 +45,7 @@ import copy
 import time
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -60,7 +61,8 @@ from methods.registry import register
 __all__ = ["AuberPruner", "AuberAblation", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
 
 # Salts of the context's seeded generators (independent streams per purpose and layer).
-SALT_SPLIT, SALT_DQN, SALT_FINAL = 31_000, 32_000, 33_000
+SALT_SPLIT, SALT_DQN, SALT_FINAL, SALT_NULL = 31_000, 32_000, 33_000, 34_000
+REWARD_CONTROLS = ("none", "shuffled-labels", "zero")
 
 ScoreFunction = Callable[[int, frozenset], float]
 """Test hook: ``score(layer, pruned_heads_of_that_layer) -> metric`` replacing the model's mini-dev metric."""
@@ -81,6 +83,20 @@ class _ContextScorer:
             out.append(float(metrics[self.context.primary_metric]))
             self.evals += 1
         return out
+
+
+class _ZeroScorer:
+    """Every pruned set scores 0 (``reward_control="zero"``): every reward, a difference of scores, is 0."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.metric = getattr(inner, "metric", None)
+
+    def score(self, pruned) -> float:
+        return 0.0
+
+    def score_many(self, sets):
+        return [0.0 for _ in sets]
 
 
 class _OverrideScorer:
@@ -133,6 +149,11 @@ class AuberPruner(HeadPruner):
         memoize (bool, True): memoise the score per pruned set within a layer (the code's ``transitions``).
         reward_batch_size (int, 16): mini-dev examples per forward batch; the mini-dev is sorted by length, so
             small batches of neighbours carry almost no padding (raise it on a GPU).
+        reward_control (str, "none"): [OURS] a null-reward control, to show how many heads AUBER prunes when its
+            rewards carry no information about the heads: "shuffled-labels" (each layer's mini-dev labels
+            permuted, seeded: rewards are the metric's noise around chance) or "zero" (every reward 0, the count
+            comes from the DQN's stop value alone). The per-layer and final fine-tunes keep the true labels. The
+            registered ablation ``auber-null`` runs "shuffled-labels"; the report prints its count beside AUBER's.
 
     Returns ``retrained=True`` with the fine-tuned model (a deep copy; the input model is untouched) when any
     fine-tune ran, ``scores`` = each layer's initial state ``s_l`` (``[L, H]``, rows sum to 1; higher = larger
@@ -148,7 +169,7 @@ class AuberPruner(HeadPruner):
     report_order, report_color = 70, "#D55E00"
     conformance_options = {"episodes": 2, "final_finetune": False, "layer_finetune_epochs": 1.0}
     constraints = {
-        "state": SOURCES, "norm": NORMS,
+        "state": SOURCES, "norm": NORMS, "reward_control": REWARD_CONTROLS,
         "minidev_fraction": Interval(0, 1, closed="neither"), "final_holdout_fraction": Interval(0, 1, closed="neither"),
         **{key: Interval(1, None) for key in ("hidden_size", "replay_capacity", "dqn_batch_size", "target_update",
                                               "reward_batch_size", "finetune_batch_size", "final_patience",
@@ -175,12 +196,16 @@ class AuberPruner(HeadPruner):
         "hidden_size": 512, "replay_capacity": 5000, "dqn_batch_size": 128, "gamma": 1.0, "dqn_lr": 0.03,
         "dqn_momentum": 0.9, "grad_clamp": 1.0, "eps_start": 1.0, "eps_end": 0.05, "eps_decay": 256.0,
         "target_update": 35, "stop_q": 0.2, "learned_stop": False, "pruned_q": -5.0, "reward_scale": 100.0,
-        "fast_rewards": True, "memoize": True, "reward_batch_size": 16,
+        "fast_rewards": True, "memoize": True, "reward_batch_size": 16, "reward_control": "none",
     }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._score_fn: ScoreFunction | None = None
+
+    def changes_weights(self) -> bool:
+        """AUBER fine-tunes while it searches (per layer, paper §3.4) and at the end: True unless both are off."""
+        return bool(self.options["final_finetune"] or self.options["layer_finetune_epochs"] > 0)
 
     def check_options(self) -> None:
         """The DQN's minibatch must fit in its replay buffer."""
@@ -239,7 +264,28 @@ class AuberPruner(HeadPruner):
 
     def _scorer(self, model: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
                 dev_idx: list[int]):
-        """The reward scorer of one layer and its kind ("override", "fast", "naive" or "context")."""
+        """The reward scorer of one layer, its kind ("override", "fast", "naive" or "context"; "+zero" /
+        "+shuffled-labels" under a ``reward_control``) and its mini-dev batches.
+
+        Raises:
+            ValueError: ``reward_control="shuffled-labels"`` with a scorer that has no labels to shuffle.
+        """
+        scorer, kind, batches = self._reward_scorer(model, context, layer, mask, dev_idx)
+        control = self.options["reward_control"]
+        if control == "zero":
+            return _ZeroScorer(scorer), f"{kind}+zero", batches
+        if control == "shuffled-labels":
+            if not isinstance(getattr(scorer, "labels", None), np.ndarray):
+                raise ValueError(f"auber: reward_control='shuffled-labels' needs a scorer with mini-dev labels; the "
+                                 f"{kind} scorer has none")
+            perm = torch.randperm(len(scorer.labels), generator=context.generator(salt=SALT_NULL + layer)).numpy()
+            scorer.labels = scorer.labels[perm]
+            return scorer, f"{kind}+shuffled-labels", batches
+        return scorer, kind, batches
+
+    def _reward_scorer(self, model: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
+                       dev_idx: list[int]):
+        """The reward scorer of one layer on the true labels (see :meth:`_scorer`)."""
         if self._score_fn is not None:
             return _OverrideScorer(self._score_fn, layer), "override", None
         if context.compute_metrics is None:
@@ -424,7 +470,7 @@ def _register_ablation(name: str, class_name: str, changes: dict[str, Any], what
                        section: str) -> type[AuberAblation]:
     """Define and register the ablation ``name``: an :class:`AuberAblation` whose defaults are AUBER's changed by
     ``changes``."""
-    summary = f"AUBER ablation: {what} (paper Table 3)"
+    summary = f"AUBER ablation: {what}" + (" (paper Table 3)" if section.startswith("§") else "")
     namespace = {"__doc__": f"{summary}, {section}.", "__module__": __name__, "__qualname__": class_name,
                  "name": name, "summary": summary, "defaults": {**AuberPruner.defaults, **changes}}
     return register(type(class_name, (AuberAblation,), namespace))
@@ -432,3 +478,8 @@ def _register_ablation(name: str, class_name: str, changes: dict[str, Any], what
 
 AuberQueryPruner, AuberKeyPruner, AuberL2Pruner, AuberReversePruner = (
     _register_ablation(name, *spec) for name, spec in ABLATIONS.items())
+
+AuberNullPruner = _register_ablation(
+    "auber-null", "AuberNullPruner", {"reward_control": "shuffled-labels"},
+    "null-reward control, rewards from shuffled mini-dev labels (ours, not in the paper)",
+    "[OURS]: the count AUBER reaches without information in its rewards, printed beside AUBER's by the report")

@@ -25,7 +25,7 @@ from methods.heads.layout import (BertLayout, UnsupportedArchitectureError, get_
                                   pruned_heads_from_mask)
 from methods.heads.masking import HeadMask, apply_head_mask
 from methods.heads.removal import (EmptySelfAttention, closed_form_parameter_count, count_parameters, load_pruned,
-                                   remove_heads, save_pruned, zero_value_heads)
+                                   remove_heads, save_pruned, scale_value_heads, zero_value_heads)
 
 __all__ = [
     "UnsupportedArchitectureError",
@@ -34,6 +34,7 @@ __all__ = [
     "HeadMask",
     "apply_head_mask",
     "zero_value_heads",
+    "scale_value_heads",
     "remove_heads",
     "EmptySelfAttention",
     "save_pruned",

@@ -60,18 +60,42 @@ def zero_value_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
         UnsupportedArchitectureError, ValueError (wrong shape or non-binary mask).
     """
     layout = get_layout(model)
-    mask = _check_structural_mask(layout, mask)
+    return scale_value_heads(model, _check_structural_mask(layout, mask))
+
+
+def scale_value_heads(model: nn.Module, gates: torch.Tensor) -> nn.Module:
+    """Multiply, in place, each head's value-projection weight rows and bias entries by its gate.
+
+    A head's output is ``probs @ (x W_v^T + b_v)``, linear in its value rows and bias, so this equals masking with
+    the float ``gates`` (:func:`~methods.heads.masking.apply_head_mask`): a gate of 0 prunes the head, a gate in
+    (0, 1) scales its output, as a Voita et al. hard-concrete gate does at test time. Heads already physically
+    removed are skipped.
+
+    Args:
+        model: a BERT-layout model (may be partially pruned).
+        gates: ``[L, H]`` float, original head indexing.
+
+    Returns:
+        ``model`` (same object).
+
+    Raises:
+        UnsupportedArchitectureError; ValueError: ``gates`` is not ``[L, H]``.
+    """
+    layout = get_layout(model)
+    gates = torch.as_tensor(gates).detach().cpu()
+    if tuple(gates.shape) != (layout.num_layers, layout.num_heads):
+        raise ValueError(f"gates must be [{layout.num_layers}, {layout.num_heads}], got {list(gates.shape)}")
     with torch.no_grad():
         for layer in range(layout.num_layers):
-            present = layout.heads_present(layer)
-            positions = [p for p, h in enumerate(present) if mask[layer, h] == 0]
-            if not positions:
-                continue
             value = layout.value(layer)
-            rows = _head_rows(positions, layout.head_size).to(value.weight.device)
-            value.weight[rows] = 0.0
-            if value.bias is not None:
-                value.bias[rows] = 0.0
+            for p, h in enumerate(layout.heads_present(layer)):
+                g = float(gates[layer, h])
+                if g == 1.0:
+                    continue
+                rows = _head_rows([p], layout.head_size).to(value.weight.device)
+                value.weight[rows] *= g
+                if value.bias is not None:
+                    value.bias[rows] *= g
     return model
 
 
