@@ -19,7 +19,7 @@ from torch import nn
 
 from benchmark import models, tasks, training
 from benchmark.config import Preset, TrainConfig
-from benchmark.records import CONTROL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER, BudgetInfo, Cost, Record
+from benchmark.records import CONTROL, NO_BUDGET, ORIGINAL, OWN, RECOVER, BudgetInfo, Cost, Record
 from benchmark.training import Counter
 from methods.base import PruningContext, PruningResult, check_mask
 from methods.heads import get_layout
@@ -169,7 +169,8 @@ class Pruned:
 
     Attributes:
         mask: ``[L, H]`` float32 CPU tensor, 1 keep, 0 prune (all ones for the unpruned model).
-        model: the model the conditions start from: the method's re-trained model, else the base model.
+        model: the base model: every condition but ``own-fine-tuning`` starts from it (protocol §4).
+        own_model: the method's re-trained model (``PruningResult.retrained``), else None.
         options: the method's options (``HeadPruner.get_options``; ``{}`` for the unpruned model).
         budget: the budget asked for (``achieved`` is the mask's count of zeros).
         scores: the method's per-head scores as ``[L][H]`` lists, or None.
@@ -184,6 +185,7 @@ class Pruned:
     scores: list[list[float]] | None = None
     trace: dict[str, Any] = field(default_factory=dict)
     prune_s: float = 0.0
+    own_model: nn.Module | None = None
 
 
 def unpruned(bench: SeedBench) -> Pruned:
@@ -203,15 +205,18 @@ def pruned_by(bench: SeedBench, method: str, result: PruningResult, options: dic
     layout = bench.layout
     mask = check_mask(result.mask, layout.num_layers, layout.num_heads, where=f"method '{method}' result")
     scores = None if result.scores is None else result.scores.detach().cpu().float().tolist()
-    model = result.model if result.retrained and result.model is not None else bench.base
+    own = result.model if result.retrained and result.model is not None else None
     budget = dataclasses.replace(budget, achieved=int((mask == 0).sum()))
-    return Pruned(mask=mask, model=model, options=options, budget=budget, scores=scores, trace=result.trace,
-                  prune_s=prune_s)
+    return Pruned(mask=mask, model=bench.base, options=options, budget=budget, scores=scores, trace=result.trace,
+                  prune_s=prune_s, own_model=own)
 
 
 def condition_step(bench: SeedBench, pruned: Pruned, condition: str, counter: Counter) -> nn.Module:
-    """The model a cell evaluates: for ``prune-only`` the pruned one; for ``prune+recover`` a copy re-fine-tuned
-    on mini-train with the mask fixed, for ``control`` a copy re-fine-tuned without a mask (protocol §4)."""
+    """The model a cell evaluates (protocol §4): for ``prune-only`` the base model; for ``prune+recover`` a copy of
+    it re-fine-tuned on mini-train with the mask fixed, for ``control`` a copy re-fine-tuned without a mask; for
+    ``own-fine-tuning`` the method's re-trained model (the base model when it returned none)."""
+    if condition == OWN:
+        return pruned.own_model if pruned.own_model is not None else pruned.model
     if condition not in (RECOVER, CONTROL):
         return pruned.model
     model = training.clone_model(pruned.model)
@@ -261,7 +266,7 @@ def assemble_record(bench: SeedBench, method: str, condition: str, pruned: Prune
         task=spec.name, seed=bench.seed, method=method, method_options=pruned.options, condition=condition,
         budget=pruned.budget, heads_total=bench.total_heads, heads_pruned=pruned.budget.achieved,
         mask=pruned.mask.int().tolist(), scores=pruned.scores,
-        retrained=bool(method != ORIGINAL and pruned.model is not bench.base and condition == PRUNE_ONLY),
+        retrained=bool(condition == OWN and pruned.own_model is not None),
         metrics=dev.metrics, primary_metric=spec.primary_metric, score=dev.metrics[spec.primary_metric],
         majority_baseline=data.majority, degenerate=bool(dev.reasons),
         degenerate_reason="; ".join(dev.reasons) or None, predicted_class_share=dev.share,

@@ -78,8 +78,9 @@ def list_cmd() -> None:
               help="Run folder: records.jsonl, summary, cached base models. Rerunning resumes it.")
 @click.option("--data-dir", default=None, type=click.Path(),
               help="GLUE folder in the original TSV layout. Default: $GLUE_DIR, else the HF hub.")
-@click.option("--recover/--no-recover", default=False, show_default=True,
-              help="Also run the prune+recover condition and the fine-tuning control (protocol §4).")
+@click.option("--recover/--no-recover", default=True, show_default=True,
+              help="Also run the prune+recover condition (the headline) and the fine-tuning control (protocol "
+                   "§4); --no-recover: prune-only (and a re-training method's own weights) alone.")
 @click.option("--match-per-layer/--match-total", default=False, show_default=True,
               help="With --budget matched:METHOD, also match METHOD's per-layer counts (used by random).")
 @click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",

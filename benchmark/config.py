@@ -201,6 +201,13 @@ the forward passes of fine-tuning and evaluation; weights, gradients, optimiser 
 :func:`benchmark.training.autocast`)."""
 
 
+PROTOCOL = 2
+"""The version of the protocol (``shared/reference/protocol.md``) a run folder follows, part of its experiment:
+1 (folders before 2026-12, ``run.json`` without ``protocol``) evaluated a re-training method (AUBER) on its own
+weights in ``prune-only``; 2 applies every method's mask to the same base weights and evaluates a method's own
+weights as the separate ``own-fine-tuning`` row. A folder of another protocol is refused, never mixed."""
+
+
 @dataclass
 class Experiment:
     """The settings that define what a cell's number means; hashed and stored in ``DIR/run.json``."""
@@ -218,6 +225,7 @@ class Experiment:
     device_type: str
     subsample_seed: int = 12345
     schema: int = 1
+    protocol: int = PROTOCOL
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

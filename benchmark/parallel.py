@@ -9,8 +9,8 @@ Ray's fractional GPUs) are free:
 * the unpruned cell (``original``, prune-only) after the base model; every other cell of the (task, seed) takes its
   record (for ``base_failed``, as the serial runner does);
 * with ``matched:METHOD``, every other method's cells after the setter's prune-only cell (they match its count);
-* a ``prune+recover`` cell after its method's prune-only cell, whose prune step it reuses; the ``control`` after
-  the base model.
+* a ``prune+recover`` or ``own-fine-tuning`` cell after its method's prune-only cell, whose prune step it reuses;
+  the ``control`` after the base model.
 
 Base models travel through Ray's object store, so workers never read or write the run folder: this process (the
 driver) is the only writer of ``records.jsonl``, ``failures.jsonl`` and ``DIR/base/``, appending each record as
@@ -34,7 +34,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.records import ORIGINAL, PRUNE_ONLY, RECOVER, Record
+from benchmark.records import ORIGINAL, PRUNE_ONLY, REUSES_PRUNE, Record
 
 log = logging.getLogger("benchmark")
 
@@ -342,7 +342,7 @@ class _Driver:
             setter_input = None
             if setter is not None and method not in (ORIGINAL, setter):
                 setter_input = inputs.get(setter, stored(setter))
-            reuse = states.get(method) if condition == RECOVER else None
+            reuse = states.get(method) if condition in REUSES_PRUNE else None
             out_ref, state_ref = self.cell_fn.remote(work, data_ref, seed, key, method, condition, base, setter_input,
                                                      original, reuse, self.ex.threads_per_cell, self.board)
             if condition == PRUNE_ONLY:

@@ -11,10 +11,16 @@ schema written so far and migrates old fields on read (committed files are never
 * schema 0 (a record without ``schema``, from before it was written): the cell key, if absent, is built from
   the record's task, seed, method, budget and condition (without an ``opts`` part, as that runner keyed cells);
   ``base_failed`` absent means False; absent cost fields are NaN / 0;
-* schema 1 (current): the fields of :class:`Record`. Every committed ``results/*/records.jsonl`` is schema 1.
+* schema 1: the fields of :class:`Record` without ``weights`` and ``layers_emptied``, written by the first
+  protocol, under which a method that re-trains (AUBER) was evaluated in ``prune-only`` on its own weights. Read:
+  such a record (``prune-only`` with ``retrained`` true) becomes the ``own-fine-tuning`` row it was (its stored
+  ``cell`` key is kept); ``weights`` follows from the condition; ``layers_emptied`` is counted from the mask.
+  The committed ``results/*/records.jsonl`` from before 2026-12 are schema 1.
+* schema 2 (current, protocol 2): ``weights`` and ``layers_emptied`` written; every condition but
+  ``own-fine-tuning`` evaluates the shared base weights (re-fine-tuned for ``prune+recover`` / ``control``).
 
-:meth:`Record.to_dict` gives exactly the JSON object the runner has written since schema 1 (same keys, same
-values), so records written through this class are byte-identical to earlier ones of the same content.
+:meth:`Record.to_dict` gives exactly the JSON object the runner writes (same keys, same values), so records
+written through this class are byte-identical to the runner's of the same content.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from typing import Any
 
 from benchmark.config import config_hash
 
-SCHEMA = 1
+SCHEMA = 2
 """The schema version :class:`Record` writes."""
 
 # --------------------------------------------------------------------------- shared names (one home each)
@@ -34,10 +40,18 @@ ORIGINAL = "original"
 """The method name of the unpruned base model."""
 CONTROL_NAME = "control"
 """The report's name of the unpruned model in the ``control`` condition."""
-PRUNE_ONLY, RECOVER, CONTROL = "prune-only", "prune+recover", "control"
-"""Conditions (protocol.md §4): prune and evaluate; prune, re-fine-tune with the mask fixed, evaluate; the
-unpruned model given the same re-fine-tuning (method ``original``)."""
-CONDITIONS = (PRUNE_ONLY, RECOVER, CONTROL)
+PRUNE_ONLY, RECOVER, CONTROL, OWN = "prune-only", "prune+recover", "control", "own-fine-tuning"
+"""Conditions (protocol.md §4): the mask on the base weights, evaluated; the same re-fine-tuned on mini-train with
+the mask fixed (the headline); the unpruned base model given that re-fine-tuning (method ``original``, the
+headline's reference); a method's own re-trained weights with its mask (AUBER's output as its paper reports it;
+only for methods whose ``changes_weights()`` is true)."""
+CONDITIONS = (PRUNE_ONLY, RECOVER, CONTROL, OWN)
+REUSES_PRUNE = (RECOVER, OWN)
+"""Conditions whose cell reuses the prune step of the method's prune-only cell (same mask, same weights)."""
+WEIGHTS = {PRUNE_ONLY: "base", RECOVER: "base+recovery", CONTROL: "base+recovery", OWN: "own"}
+"""The weights a condition evaluates (``Record.weights``): the (task, seed)'s fine-tuned base model; that model
+re-fine-tuned by the shared recovery recipe; the method's own re-trained weights. An ``own-fine-tuning`` cell
+whose method left the weights unchanged (``retrained`` false) records ``base``."""
 NO_BUDGET = "none"
 """Budget spec of the unpruned model."""
 OWN_BUDGET = "own"
@@ -54,6 +68,11 @@ METRIC_AXIS = {"accuracy": "accuracy (%)", "matthews_correlation": "MCC × 100",
 def options_hash(method: str, options: dict[str, Any] | None) -> str:
     """The ``opts`` part of a cell key: :data:`NO_OPTIONS` for the unpruned model, else the options' hash."""
     return NO_OPTIONS if method == ORIGINAL else config_hash(options or {})
+
+
+def layers_emptied(mask: list[list[int]]) -> int:
+    """How many layers of an ``[L][H]`` 0/1 mask lost every head (0 for an empty mask)."""
+    return sum(1 for row in mask if row and not any(row))
 
 
 # --------------------------------------------------------------------------- the cell key
@@ -174,12 +193,18 @@ class Record:
     started_at: str
     finished_at: str
     base_failed: bool = False
+    weights: str = ""
+    layers_emptied: int = -1
     cell: str = ""
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this version does not know (a newer writer's): kept and written back unchanged."""
 
     def __post_init__(self) -> None:
+        if not self.weights:
+            self.weights = "base" if self.condition == OWN and not self.retrained else WEIGHTS.get(self.condition, "")
+        if self.layers_emptied < 0:
+            self.layers_emptied = layers_emptied(self.mask)
         if not self.cell:
             self.cell = str(CellKey.of(self.task, self.seed, self.method, self.budget.spec, self.condition,
                                        self.method_options))
@@ -190,7 +215,7 @@ class Record:
         return CellKey.parse(self.cell)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of ``records.jsonl`` (the runner's schema-1 keys; unknown fields kept)."""
+        """The JSON object of ``records.jsonl`` (the runner's keys; unknown fields kept)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["budget"] = dataclasses.asdict(self.budget)
         out["cost"] = dataclasses.asdict(self.cost)
@@ -211,10 +236,14 @@ class Record:
             raise ValueError(f"record without {', '.join(missing)}: not a cell's record")
         budget = d.get("budget") or {}
         cost = dict(d.get("cost") or {})
+        schema = int(d.get("schema", 0))
+        condition = d["condition"]
+        if schema < 2 and condition == PRUNE_ONLY and d.get("retrained"):  # protocol 1: its own weights
+            condition = OWN
         metrics = d.get("metrics") or {d["primary_metric"]: d["score"]}
         return cls(
             task=d["task"], seed=int(d["seed"]), method=d["method"], method_options=d.get("method_options") or {},
-            condition=d["condition"],
+            condition=condition,
             budget=BudgetInfo(spec=budget.get("spec", NO_BUDGET), target=budget.get("target"),
                               achieved=int(budget.get("achieved", d.get("heads_pruned", 0))),
                               note=budget.get("note", "")),
@@ -230,8 +259,9 @@ class Record:
                                               "backward_examples") if k in cost}),
             provenance=d.get("provenance") or {}, started_at=d.get("started_at", ""),
             finished_at=d.get("finished_at", ""), base_failed=bool(d.get("base_failed", False)),
+            weights=d.get("weights", "") if schema >= 2 else "", layers_emptied=int(d.get("layers_emptied", -1)),
             cell=d.get("cell") or str(CellKey(d["task"], int(d["seed"]), d["method"],
                                               budget.get("spec", NO_BUDGET), d["condition"], None)),
-            schema=int(d.get("schema", 0)),
+            schema=schema,
             extra={k: v for k, v in d.items() if k not in known},
         )

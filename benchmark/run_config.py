@@ -35,7 +35,7 @@ class RunConfig:
         model: model alias, hub name or folder.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         data_dir: the GLUE folder, or None (``$GLUE_DIR``, else the hub).
-        recover: also run the ``prune+recover`` and ``control`` conditions.
+        recover: also run the ``prune+recover`` and ``control`` conditions (the headline; default).
         match_per_layer: with ``matched:METHOD``, match the setter's per-layer counts too.
         method_options: per method, its options (the preset's, overridden by the CLI's).
         progress: show progress bars.
@@ -57,7 +57,7 @@ class RunConfig:
     model: str
     device: str = "auto"
     data_dir: str | None = None
-    recover: bool = False
+    recover: bool = True
     match_per_layer: bool = False
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True

@@ -56,6 +56,10 @@ def check_run_json(out: Path, experiment: Experiment) -> str:
         changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
                     for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
         if changes:
+            if "protocol" not in old:
+                changes.insert(0, "protocol: 1 (this folder predates the protocol version) -> "
+                                  f"{current['protocol']}: conditions evaluate other weights now")
+                changes = [c for c in changes if not c.startswith("protocol:") or "predates" in c]
             raise ConfigError(
                 f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
                 f"  " + "\n  ".join(changes) + "\nUse another --out folder, or the same options as before."

@@ -6,9 +6,11 @@ Protocol: shared/reference/protocol.md. A *cell* is (task, seed, method, budget,
 so comparisons are paired by seed. Methods see only the train-derived splits ``mini_train`` / ``mini_dev`` (a
 seeded ``mini_dev_fraction`` slice of the train split); the dev split is read only to report.
 
-Conditions (protocol §4): ``prune-only`` always; with ``recover=True`` also ``prune+recover`` (the masked model
-re-fine-tuned on mini-train with the same budget for every method, early stopping on mini-dev, mask fixed) and the
-``control`` (method ``original``: the unpruned base model given the same extra fine-tuning).
+Conditions (protocol §4): ``prune-only`` always (the mask on the base weights); with ``recover=True`` (the
+default) also ``prune+recover`` (the masked base model re-fine-tuned on mini-train with the same budget for every
+method, early stopping on mini-dev, mask fixed) and the ``control`` (method ``original``: the unpruned base model
+given the same extra fine-tuning); for a method that re-trains (``HeadPruner.changes_weights()``, e.g. AUBER)
+also ``own-fine-tuning``, its own weights with its mask, a separate row.
 
 The path of one record: :meth:`Runner.run` plans the cells; serially (the default) it takes, per task,
 :func:`~benchmark.cell.prepare_task`, and :meth:`Runner._run_seed` gets the base model (:meth:`Runner._base_model`)
@@ -45,7 +47,7 @@ from benchmark.cell_work import CellWork, PruneState
 from benchmark.config import ConfigError, Experiment
 from benchmark.execution import resolve_execution
 from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
-from benchmark.records import CONTROL, ORIGINAL, PRUNE_ONLY, RECOVER, Record
+from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
 from benchmark.run_folder import check_run_json, save_base_model
 from benchmark.store import REJECTED, RecordStore, file_lock
@@ -164,7 +166,8 @@ class Runner:
                 if self.cfg.recover:
                     cells.append((spec.name, seed, ORIGINAL, CONTROL))
                 for name in self.method_names:
-                    for cond in conditions:
+                    own = [OWN] if self._create(name).changes_weights() else []
+                    for cond in conditions + own:
                         cells.append((spec.name, seed, name, cond))
         return cells
 

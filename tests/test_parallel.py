@@ -136,17 +136,22 @@ def test_a_failing_method_and_a_dying_worker_land_in_failures_and_the_rest_finis
     assert res.exit_code == 1
     assert "running:" in res.stderr and "pid " in res.stderr  # the bar's text: what each worker runs
     assert {r["method"] for r in RecordStore(tmp_path).records()} == {"original", "random"}
-    failures = {f["method"]: f for f in map(json.loads, (tmp_path / "failures.jsonl").read_text().splitlines())}
-    assert set(failures) == {"test-raises", "test-kills-process"}
-    assert failures["test-raises"]["error"] == "RuntimeError: deliberate failure in the prune step"
-    assert "parallel_methods.py" in failures["test-raises"]["traceback"]  # the worker's traceback came back
-    assert "died" in failures["test-kills-process"]["error"].lower(), failures["test-kills-process"]
-    assert "2 cell(s) failed" in res.output
+    assert {(r["method"], r["condition"]) for r in RecordStore(tmp_path).records()} == {
+        ("original", "prune-only"), ("original", "control"), ("random", "prune-only"), ("random", "prune+recover")}
+    failures = {(f["method"], f["condition"]): f
+                for f in map(json.loads, (tmp_path / "failures.jsonl").read_text().splitlines())}
+    # each failed prune step fails its prune+recover cell too (it needs the prune step's mask), with its error
+    assert set(failures) == {(m, c) for m in ("test-raises", "test-kills-process") for c in ("prune-only", "prune+recover")}
+    for condition in ("prune-only", "prune+recover"):
+        assert failures[("test-raises", condition)]["error"] == "RuntimeError: deliberate failure in the prune step"
+        assert "died" in failures[("test-kills-process", condition)]["error"].lower(), failures
+    assert "parallel_methods.py" in failures[("test-raises", "prune-only")]["traceback"]  # the worker's traceback
+    assert "4 cell(s) failed" in res.output
     # a rerun retries exactly the failed cells
     res = _bench(args)
     assert res.exit_code == 1
     plan = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
-    assert plan["to_do"] == 2 and len((tmp_path / "failures.jsonl").read_text().splitlines()) == 4
+    assert plan["to_do"] == 4 and len((tmp_path / "failures.jsonl").read_text().splitlines()) == 8
 
 
 def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, serial_run, glue_dir, tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.records import CellKey, Record, options_hash
+from benchmark.records import OWN, PRUNE_ONLY, RECOVER, WEIGHTS, CellKey, Record, layers_emptied, options_hash
 from benchmark.store import record_key
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -29,16 +29,39 @@ def test_cell_key_round_trip_and_errors():
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.parent.name for p in COMMITTED])
-def test_every_committed_record_reads_and_writes_back_unchanged(path):
+def test_every_committed_record_reads_with_its_protocol_and_writes_back(path):
+    """A committed record reads as what it was: under protocol 1 a re-training method's (AUBER's) prune-only cell
+    evaluated its own weights, so it becomes an own-fine-tuning row; every other field is written back as read,
+    plus the two schema-2 fields; a schema-2 record written back is the same JSON."""
     lines = path.read_text().splitlines()
     assert lines
     for line in lines:
         raw = json.loads(line)
         rec = Record.from_dict(raw)
-        assert rec.to_dict() == raw
-        assert json.dumps(rec.to_dict(), sort_keys=True) == json.dumps(raw, sort_keys=True)
-        assert str(rec.key) == raw["cell"] == record_key(raw)
+        if raw.get("schema", 0) >= 2:
+            assert rec.to_dict() == raw
+            continue
+        own = raw["condition"] == PRUNE_ONLY and raw["retrained"]
+        assert rec.condition == (OWN if own else raw["condition"])
+        assert rec.weights == ("own" if own else WEIGHTS[raw["condition"]])
+        assert rec.layers_emptied == sum(1 for row in raw["mask"] if not any(row))
+        expected = {**raw, "condition": rec.condition, "weights": rec.weights, "layers_emptied": rec.layers_emptied}
+        assert rec.to_dict() == expected
+        assert str(rec.key) == raw["cell"] == record_key(raw)  # the stored key is kept
         assert rec.schema == 1 and rec.budget.achieved == rec.heads_pruned
+
+
+def test_layers_emptied_and_weights_of_a_new_record():
+    assert layers_emptied([[0, 0], [1, 0], [0, 0]]) == 2
+    assert layers_emptied([[1, 1]]) == 0 and layers_emptied([]) == 0
+    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    fields = {k: v for k, v in raw.items() if k not in ("schema", "weights", "layers_emptied")}
+    for condition, retrained, weights in ((PRUNE_ONLY, False, "base"), (RECOVER, False, "base+recovery"),
+                                          (OWN, True, "own"), (OWN, False, "base")):
+        rec = Record.from_dict({**fields, "schema": 2, "condition": condition, "retrained": retrained,
+                                "mask": [[0] * 12, [1] * 12]})
+        assert (rec.weights, rec.layers_emptied) == (weights, 1), condition
+        assert Record.from_dict(rec.to_dict()).to_dict() == rec.to_dict()
 
 
 def test_a_first_schema_record_is_migrated():
@@ -49,5 +72,5 @@ def test_a_first_schema_record_is_migrated():
     assert rec.key.opts is None and str(rec.key) == record_key(old)
     with pytest.raises(ValueError, match="without score"):
         Record.from_dict({k: v for k, v in raw.items() if k != "score"})
-    newer = dict(raw, future_field=[1, 2])
+    newer = dict(Record.from_dict(raw).to_dict(), schema=2, future_field=[1, 2])
     assert Record.from_dict(newer).to_dict() == newer  # unknown fields are kept, not dropped

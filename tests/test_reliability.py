@@ -367,7 +367,9 @@ def test_an_unwritable_base_folder_gives_one_line_and_a_consistent_folder(glue_d
     (out / "base").unlink()  # fixed: the rerun resumes
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
-    assert len(RecordStore(out).records()) == 2
+    # the CLI's default conditions: original (prune-only, control), random (prune-only, prune+recover)
+    assert sorted((r["method"], r["condition"]) for r in RecordStore(out).records()) == [
+        ("original", "control"), ("original", "prune-only"), ("random", "prune+recover"), ("random", "prune-only")]
 
 
 def test_processes_sharing_a_new_folder_agree_on_one_config_hash(glue_dir, tmp_path):

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from statsmodels.stats.multitest import multipletests
 
 from benchmark import stats
-from benchmark.report import ReportWarning, build_report, load_runs, report_cmd
+from benchmark.report import ReportWarning, analyse, build_report, load_runs, report_cmd
 from benchmark.tasks import TASKS, compute_metrics, majority_baseline
 
 LAYERS, HEADS = 2, 4
@@ -175,25 +175,30 @@ def test_differences_p_values_and_holm_in_the_csv(built):
     assert sel.p_exact == pytest.approx(stats.sign_flip_test(d)["p"])
     assert sel.p_min == pytest.approx(0.25)
     assert sel.ci_low <= sel.mean_diff <= sel.ci_high
-    # vs original: 3 units (random x2, auber); vs auber: random x2 -> 5 comparisons per task, one Holm family
+    # vs original: 3 units (random x2, auber); vs auber: random x2 -> 5 comparisons per task. random pruned 2 and 4
+    # heads, auber 3: those two pairs are no test (protocol §3), so the Holm family is the 3 tests vs original
     for task in ("mrpc", "cola"):
-        fam = cf[(cf.task == task) & (cf.seeds == "all")]
-        assert len(fam) == 5
-        assert set(fam.kind) == {"original", "auber"}
-        np.testing.assert_allclose(fam.p_holm, multipletests(fam.p_exact, method="holm")[1])
+        fam = cf[(cf.task == task) & (cf.seeds == "all") & (cf.kind != "pair")]
+        assert len(fam) == 5 and set(fam.kind) == {"original", "auber"}
+        tested = fam[fam.tested]
+        assert list(tested.kind) == ["original"] * 3 and fam[~fam.tested].p_holm.isna().all()
+        assert set(fam[~fam.tested].count_mismatch_seeds) == {"0 1 2"}
+        np.testing.assert_allclose(tested.p_holm, multipletests(tested.p_exact, method="holm")[1])
 
 
-def test_degenerate_runs_are_counted_and_excluded_in_the_clean_table(built):
+def test_degenerate_runs_are_counted_kept_and_left_out_only_in_the_survivors_view(built):
     out = built[2]
     md = (out / "report.md").read_text()
     cola = md[md.index("## CoLA ("):]
-    assert "CoLA without degenerate / base-failed seeds" in cola
+    assert "CoLA, sensitivity view, survivors only" in cola
     cf = pd.read_csv(out / "comparisons.csv")
-    clean = cf[(cf.task == "cola") & (cf.method == "random") & (cf.seeds == "without degenerate")]
+    headline = cf[(cf.task == "cola") & (cf.method == "random") & (cf.seeds == "all") & (cf.kind == "original")]
+    assert set(headline.n) == {3}  # the degenerate seed stays in the headline comparison
+    clean = cf[(cf.task == "cola") & (cf.method == "random") & (cf.seeds == "survivors")]
     assert set(clean.n) == {2} and set(clean.n_excluded) == {1}
     scores = pd.read_csv(out / "scores.csv")
     rnd = scores[(scores.task == "cola") & (scores.method == "random")]
-    assert set(rnd.degenerate) == {1} and set(rnd.n_clean) == {2}
+    assert set(rnd.degenerate) == {1} and set(rnd.n_survivors) == {2}
     degenerate_cell = row(section(md, "cola"), "random", "fraction:0.25").rstrip(" |").rsplit("|", 1)[1].strip()
     assert degenerate_cell == "1"
 
@@ -344,7 +349,7 @@ def test_prune_recover_group_compares_with_control(tmp_path):
     out = build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=500,
                        n_boot_examples=100)
     md = (out / "report.md").read_text()
-    assert "prune + recover (with the fine-tuning control)" in md
+    assert "headline: prune + recover vs the fine-tuning control" in md
     cf = pd.read_csv(out / "comparisons.csv")
     rec = cf[(cf.group == "prune+recover") & (cf.seeds == "all")]
     assert {(m, k) for m, k in zip(rec.method, rec.kind)} == {("control", "original"), ("michel", "original"),
@@ -359,3 +364,78 @@ def test_cli_command(tmp_path):
     assert "## MRPC (acc)" in result.output and (tmp_path / "rep" / "report.md").exists()
     bad = CliRunner().invoke(report_cmd, [str(run), "--format", "docx", "--no-plots"])
     assert bad.exit_code != 0 and "unknown format" in bad.output
+
+
+# --------------------------------------------------------------------------- protocol 2: the fair comparison
+
+
+def test_base_failures_leave_every_number_and_degenerate_runs_stay(tmp_path):
+    """Protocol §6, no survivorship: a seed whose base model failed leaves the task's statistics before any
+    comparison; a degenerate pruned run stays in the headline numbers (and only the labelled survivors view
+    drops it)."""
+    records = make_records(tasks=("cola",), seeds=(0, 1, 2, 3), methods={"original": ["none"], "michel": ["fraction:0.5"]},
+                           degenerate={("cola", 1, "original"), ("cola", 2, "michel")})
+    run = write_run(tmp_path / "run", records)
+    (r,) = analyse(load_runs([run]), n_boot=200, n_boot_examples=50)
+    assert r.base_failed_seeds == [1] and r.seeds == [0, 2, 3]
+    michel = next(u for u in r.units if u.name == "michel")
+    s = r.unit_stats[michel]
+    scores = {rec["seed"]: 100 * rec["score"] for rec in records if rec["method"] == "michel"}
+    assert (s.n, s.degenerate, s.n_survivors) == (3, 1, 2)
+    assert s.mean == pytest.approx(np.mean([scores[0], scores[2], scores[3]]))  # the degenerate seed 2 counts
+    assert s.mean_survivors == pytest.approx(np.mean([scores[0], scores[3]]))
+    c = r.comparison(michel, "original")
+    assert c.seeds == [0, 2, 3] and c.all.stats.n == 3 and c.survivors.stats.n == 2
+    md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
+    assert "Base failures left out" in md and "1 seed(s), 1." in md
+    assert "CoLA, sensitivity view, survivors only" in md
+    assert "Degenerate pruned runs" in md and "stay in every number of this table" in md
+
+
+def test_pairwise_tests_only_rows_with_equal_head_counts_with_holm_among_them(tmp_path):
+    """Every pair of pruned rows; a pair with different head counts on some seed is listed without a test (protocol
+    §3); Holm runs over the tested pairs only, and the "vs" columns never test different counts either."""
+    records = make_records(tasks=("rte",), seeds=tuple(range(6)),
+                           methods={"original": ["none"], "michel": ["fraction:0.5"], "confidence": ["fraction:0.5"],
+                                    "random": ["fraction:0.5", "fraction:0.25"]})
+    run = write_run(tmp_path / "run", records)
+    (r,) = analyse(load_runs([run]), n_boot=200, n_boot_examples=50)
+    assert len(r.pairwise) == 6  # 4 pruned rows
+    tested = [c for c in r.pairwise if c.tested]
+    assert {frozenset((c.target.budget, c.reference.budget)) for c in tested} == {frozenset({"fraction:0.5"})}
+    assert len(tested) == 3 and all(c.kind == "pair" for c in r.pairwise)
+    for c in r.pairwise:
+        if not c.tested:
+            assert c.count_mismatch == list(range(6)) and np.isnan(c.all.stats.p_exact) and np.isnan(c.all.p_holm)
+    p = [c.all.stats.p_exact for c in tested]
+    np.testing.assert_allclose([c.all.p_holm for c in tested], multipletests(p, method="holm")[1])
+    for c in tested:  # the exact sign-flip p of the paired seed differences, by definition
+        d = [r.unit_stats[c.target].scores[s] - r.unit_stats[c.reference].scores[s] for s in c.seeds]
+        assert c.all.stats.p_exact == pytest.approx(stats.sign_flip_test(d)["p"])
+    md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
+    assert "**RTE pairwise**" in md and "counts differ (6/6 seeds)" in md and "Holm over the 3 tested pair(s)" in md
+    cf = pd.read_csv(run / "report" / "comparisons.csv")
+    assert len(cf[(cf.kind == "pair") & (cf.seeds == "all")]) == 6
+    assert set(cf[(cf.kind == "pair") & ~cf.tested].count_mismatch_seeds) == {"0 1 2 3 4 5"}
+
+
+def test_the_headline_table_comes_first_with_each_rows_weights_and_the_own_fine_tuning_row(tmp_path):
+    records = make_records(tasks=("mrpc",), methods={"original": ["none"], "michel": ["matched:auber"],
+                                                     "auber": ["own"]}, conditions=("prune-only", "prune+recover"))
+    own = [dict(r, condition="own-fine-tuning", retrained=True, schema=2, weights="own",
+                cell=r["cell"].replace("|prune-only|", "|own-fine-tuning|"))
+           for r in records if r["method"] == "auber" and r["condition"] == "prune-only"]
+    for r in records:
+        r["mask"][0] = [0] * HEADS if r["method"] == "auber" else r["mask"][0]  # AUBER's masks empty layer 0
+    run = write_run(tmp_path / "run", records + own)
+    md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
+    headline = md.index("## MRPC (acc) — headline: prune + recover vs the fine-tuning control")
+    prune_only = md.index("## MRPC (acc) — prune-only")
+    assert headline < prune_only
+    table = md[headline:prune_only]
+    cells = lambda text, name: next([c.strip() for c in l.strip("|").split("|")]  # noqa: E731
+                                    for l in text.splitlines() if l.startswith(f"| {name} "))
+    own_row = cells(table, "auber, own fine-tuning")
+    assert own_row[1] == "own fine-tuning" and own_row[6] == "1.0 (max 1)"  # weights; layers emptied
+    assert cells(table, "michel +recover")[1] == "base + recovery"
+    assert cells(md[prune_only:], "michel")[1] == "base"

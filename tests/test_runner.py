@@ -2,6 +2,7 @@
 kill -9 and rerun, determinism, configuration checks, matched budgets, recover/control, the CLI."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -204,7 +205,7 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, t
     predictions, metrics) as the uninterrupted run in another process: resume and determinism in one test."""
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS, "--tasks", TASKS,
-           "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress"]
+           "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress", "--no-recover"]
     records = out / "records.jsonl"
     n_before = kill_after_records(cmd, records, 5, timeout_s=300)
     assert 5 <= n_before < 8
@@ -256,6 +257,55 @@ def test_matched_budget_and_recover_control(tmp_path, glue_dir):
     assert recs[("original", "control")]["heads_pruned"] == 0
     assert recs[("original", "control")]["predictions"] != recs[("original", "prune-only")]["predictions"] or \
         recs[("original", "control")]["cost"]["backward_examples"] > 0
+
+
+@register
+class Retrains(SelfBudgeted):
+    """Like AUBER: decides its own count (the mask of :class:`SelfBudgeted`) and returns re-trained weights: the
+    base model with the classifier's bias of class 0 raised by 100, so its own weights predict class 0 for every
+    example while the base model with the same mask does not."""
+
+    name = "test-retrains"
+
+    def changes_weights(self):
+        return True
+
+    def prune(self, model, context):
+        own = copy.deepcopy(model)
+        with torch.no_grad():
+            own.classifier.bias[0] += 100.0
+        return PruningResult(mask=super().prune(model, context).mask, retrained=True, model=own)
+
+
+def test_every_mask_is_evaluated_on_the_base_weights_and_own_weights_are_a_separate_row(tmp_path, glue_dir):
+    """Protocol 2 (§4): a method that re-trains gets the same base weights and recovery as every other method in
+    prune-only and prune+recover, so with the same mask it scores exactly as a method that does not re-train; its
+    own weights are the separate own-fine-tuning row."""
+    _run(tmp_path, glue_dir, methods_spec="test-self-budgeted,test-retrains", tasks_spec="wnli", recover=True)
+    recs = {(r["method"], r["condition"]): r for r in RecordStore(tmp_path).records()}
+    assert set(recs) == {("original", "prune-only"), ("original", "control"),
+                         ("test-self-budgeted", "prune-only"), ("test-self-budgeted", "prune+recover"),
+                         ("test-retrains", "prune-only"), ("test-retrains", "prune+recover"),
+                         ("test-retrains", "own-fine-tuning")}
+    for condition, weights in (("prune-only", "base"), ("prune+recover", "base+recovery")):
+        same, retrains = recs[("test-self-budgeted", condition)], recs[("test-retrains", condition)]
+        assert retrains["mask"] == same["mask"]
+        assert retrains["predictions"] == same["predictions"] and retrains["metrics"] == same["metrics"], condition
+        assert retrains["weights"] == same["weights"] == weights and not retrains["retrained"]
+    own = recs[("test-retrains", "own-fine-tuning")]
+    assert own["weights"] == "own" and own["retrained"] and own["mask"] == recs[("test-retrains", "prune-only")]["mask"]
+    assert set(own["predictions"]) == {0} != set(recs[("test-retrains", "prune-only")]["predictions"])
+    assert own["cost"]["prune_wall_s"] == recs[("test-retrains", "prune-only")]["cost"]["prune_wall_s"]  # reused
+    assert all(r["layers_emptied"] == 0 and r["schema"] == 2 for r in recs.values())
+
+
+def test_a_folder_of_the_first_protocol_is_refused(tmp_path, glue_dir):
+    Runner(_config(tmp_path, glue_dir, tasks_spec="wnli")).close()
+    stored = json.loads((tmp_path / "run.json").read_text())
+    del stored["experiment"]["protocol"]  # as run.json was written before protocol 2
+    (tmp_path / "run.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigError, match=r"protocol: 1 \(this folder predates the protocol version\) -> 2"):
+        Runner(_config(tmp_path, glue_dir, tasks_spec="wnli"))
 
 
 @register

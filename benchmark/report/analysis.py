@@ -4,32 +4,46 @@ dataclasses (:class:`GroupResult`, :class:`UnitStats`, :class:`Comparison`). Num
 
 Choices where the issue is silent:
 
-* Condition groups: ``prune-only`` (rows: its units) and ``prune+recover`` (rows: original prune-only, control,
-  the prune+recover units); the Holm family is one (task, group) table, so prune-only results do not change
-  when a recover run is added. In the prune+recover group each unit is also compared with ``control``.
+* Condition groups (protocol.md §4): ``prune+recover``, the headline, first (rows: original prune-only, control,
+  the prune+recover units, and each re-training method's own weights, ``own-fine-tuning``); then ``prune-only``
+  (rows: its units). The Holm family of the "vs" columns is one (task, group) table, so prune-only results do not
+  change when a recover run is added. In the prune+recover group each unit is also compared with ``control``.
+* Base failures (protocol.md §6): a (task, seed) whose unpruned base model is degenerate (``base_failed``) leaves
+  every row, comparison and average of that task, before any statistic; :attr:`GroupResult.base_failed_seeds`
+  counts them. Degenerate *pruned* runs stay in every statistic (view ``"all"``, the headline) and are counted;
+  view ``"survivors"`` also leaves out the pairs with a degenerate side: a labelled sensitivity view, biased in
+  the pruning methods' favour, never the headline.
+* Equal counts (protocol.md §3): a comparison of two pruned rows is a test only when both pruned the same number
+  of heads on every common seed; otherwise it is listed with its count difference and no p-value
+  (:attr:`Comparison.count_mismatch`), and it is not in the Holm family.
 * Reference choice for "vs X": X's unit with the same budget and condition, else X's only unit in the group.
-* ``against="all"``: every pair of rows (the later row minus the earlier one), all in one Holm family.
+* Pairwise (:attr:`GroupResult.pairwise`): every pair of the group's pruned rows (original and control left
+  out: they are the "vs" columns), the later row minus the earlier, in their own Holm family.
+* ``against="all"``: every pair of rows in the "vs" family instead (the later row minus the earlier one).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from benchmark import stats
-from benchmark.records import CONTROL, CONTROL_NAME, ORIGINAL, PRUNE_ONLY, RECOVER, Record
+from benchmark.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 from benchmark.report.load import RunData
 from benchmark.report.units import Unit, sorted_units, task_key
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
-           "TwoLevel", "Unit", "UnitStats", "analyse", "comparison_pairs", "pick_reference"]
+           "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "pairwise_pairs",
+           "pick_reference"]
 
-GROUPS = (PRUNE_ONLY, RECOVER)
-VIEWS = ("all", "clean")
-"""The two seed sets of every statistic: all seeds, and the seeds without a degenerate / base-failed side."""
+GROUPS = (RECOVER, PRUNE_ONLY)
+"""The condition groups, headline first (the group of a unit is :meth:`Unit.group`)."""
+VIEWS = ("all", "survivors")
+"""The two seed sets of every statistic (base-failed seeds are already out): every seed, degenerate pruned runs
+included (the headline); and the seeds without a degenerate side (a sensitivity view)."""
 DEFAULT_AGAINST = (ORIGINAL, "auber")
 """The references every row is compared with unless the caller names others."""
 ALPHA = 0.05
@@ -40,11 +54,13 @@ ALPHA = 0.05
 class UnitStats:
     """One row's scores over its seeds, in percent points.
 
-    ``n``/``mean``/``sd`` over all seeds (sample SD, NaN with one seed), ``ci_low``/``ci_high`` the Student-t 95% CI
-    of the mean; ``*_clean`` the same without degenerate / base-failed seeds. ``heads_pruned`` and ``wall_s`` are
-    means; ``degenerate``/``base_failed`` counts; ``scores`` maps seed -> score; ``target`` the mean head target
-    over the seeds that had one (NaN for none) and ``target_range`` its (min, max) over those seeds;
-    ``off_budget`` the seeds whose pruned count differs from their own target.
+    ``n``/``mean``/``sd`` over all seeds whose base model learned (sample SD, NaN with one seed), ``ci_low``/
+    ``ci_high`` the Student-t 95% CI of the mean; ``*_survivors`` the same without degenerate seeds.
+    ``heads_pruned``, ``layers_emptied`` (layers that lost every head) and ``wall_s`` are means,
+    ``layers_emptied_max`` the most on one seed; ``degenerate`` a count; ``scores`` maps seed -> score;
+    ``heads`` maps seed -> heads pruned; ``target`` the mean head target over the seeds that had one (NaN for none)
+    and ``target_range`` its (min, max) over those seeds; ``off_budget`` the seeds whose pruned count differs from
+    their own target; ``weights`` what the row evaluates (``Record.weights``, joined when seeds differ).
     """
 
     n: int
@@ -52,22 +68,25 @@ class UnitStats:
     sd: float
     ci_low: float
     ci_high: float
-    n_clean: int
-    mean_clean: float
-    sd_clean: float
+    n_survivors: int
+    mean_survivors: float
+    sd_survivors: float
     heads_pruned: float
     degenerate: int
-    base_failed: int
     scores: dict[int, float]
     wall_s: float
-    base_failed_seeds: list[int]
     target: float
     off_budget: int
     target_range: tuple[float, float] = (math.nan, math.nan)
+    heads: dict[int, int] = field(default_factory=dict)
+    layers_emptied: float = math.nan
+    layers_emptied_max: int = 0
+    weights: str = ""
 
     def view(self, which: str) -> tuple[int, float, float]:
-        """(n, mean, sd) over ``which`` seeds: ``"all"`` or ``"clean"``."""
-        return (self.n, self.mean, self.sd) if which == "all" else (self.n_clean, self.mean_clean, self.sd_clean)
+        """(n, mean, sd) over ``which`` seeds: ``"all"`` or ``"survivors"``."""
+        return ((self.n, self.mean, self.sd) if which == "all"
+                else (self.n_survivors, self.mean_survivors, self.sd_survivors))
 
 
 @dataclass
@@ -122,8 +141,10 @@ class SeedView:
 @dataclass
 class Comparison:
     """``target - reference`` paired by seed; ``kind`` is the reference's name (``original``, ``auber``,
-    ``control``, ...) or ``"pair"`` (``against="all"``); ``bad`` flags per common seed the pairs with a degenerate
-    or base-failed side, left out of the ``clean`` view (``n_excluded`` of them)."""
+    ``control``, ...) or ``"pair"`` (pairwise, ``against="all"``); ``bad`` flags per common seed the pairs with a
+    degenerate side, left out of the ``survivors`` view (``n_excluded`` of them); ``count_mismatch`` the common
+    seeds on which both rows pruned heads but not the same number (then the comparison is not a test: its
+    p-values stay NaN and it is not in a Holm family)."""
 
     target: Unit
     reference: Unit
@@ -132,18 +153,25 @@ class Comparison:
     bad: list[bool]
     n_excluded: int
     all: SeedView
-    clean: SeedView
+    survivors: SeedView
+    count_mismatch: list[int] = field(default_factory=list)
+
+    @property
+    def tested(self) -> bool:
+        """Whether this comparison is a test (paired seeds with equal head counts)."""
+        return not self.count_mismatch
 
     def view(self, which: str) -> SeedView:
-        """The ``"all"`` or ``"clean"`` seed set's view."""
-        return self.all if which == "all" else self.clean
+        """The ``"all"`` or ``"survivors"`` seed set's view."""
+        return self.all if which == "all" else self.survivors
 
 
 @dataclass
 class GroupResult:
     """Statistics of one (task, condition group) table: its rows (``units``, table order), each row's
-    :class:`UnitStats`, and its comparisons (one Holm family). ``majority`` in percent points;
-    ``heads_total`` the model's head count."""
+    :class:`UnitStats`, its "vs" comparisons (one Holm family) and its ``pairwise`` comparisons (another).
+    ``majority`` in percent points; ``heads_total`` the model's head count; ``seeds`` the seeds in the statistics;
+    ``base_failed_seeds`` the seeds left out because the base model failed (protocol.md §6)."""
 
     task: str
     group: str
@@ -154,6 +182,8 @@ class GroupResult:
     units: list[Unit]
     unit_stats: dict[Unit, UnitStats]
     comparisons: list[Comparison]
+    pairwise: list[Comparison] = field(default_factory=list)
+    base_failed_seeds: list[int] = field(default_factory=list)
 
     @property
     def references(self) -> list[str]:
@@ -178,6 +208,13 @@ def pick_reference(target: Unit, refs: list[Unit]) -> Unit | None:
     if len(cond) == 1:
         return cond[0]
     return refs[0] if len(refs) == 1 else None
+
+
+def pairwise_pairs(units: list[Unit]) -> list[tuple[Unit, Unit, str]]:
+    """(target, reference, "pair") of every pair of pruned rows (original and control left out), the later row
+    minus the earlier one."""
+    pruned = [u for u in units if u.name not in (ORIGINAL, CONTROL_NAME)]
+    return [(pruned[j], pruned[i], "pair") for i in range(len(pruned)) for j in range(i + 1, len(pruned))]
 
 
 def _all_pairs(units: list[Unit]) -> list[tuple[Unit, Unit, str]]:
@@ -223,24 +260,27 @@ def comparison_pairs(units: list[Unit], group: str, against: Sequence[str] | str
 
 
 def unit_stats(g: pd.DataFrame) -> UnitStats:
-    """:class:`UnitStats` of one unit's rows of the frame (one row per seed, sorted by seed)."""
+    """:class:`UnitStats` of one unit's rows of the frame (one row per seed, sorted by seed; base-failed seeds
+    already left out)."""
     pp = 100 * g.score.to_numpy()
-    clean = ~(g.degenerate.to_numpy() | g.base_failed.to_numpy())
-    d_all, d_clean = stats.describe(pp), stats.describe(pp[clean])
+    survived = ~g.degenerate.to_numpy(dtype=bool)
+    d_all, d_survivors = stats.describe(pp), stats.describe(pp[survived])
     low, high = stats.mean_ci_t(pp)
     target = pd.to_numeric(g.target, errors="coerce")
     pruned = pd.to_numeric(g.heads_pruned, errors="coerce")
     has = target.notna()
     return UnitStats(n=d_all["n"], mean=d_all["mean"], sd=d_all["sd"], ci_low=low, ci_high=high,
-                     n_clean=d_clean["n"], mean_clean=d_clean["mean"], sd_clean=d_clean["sd"],
-                     heads_pruned=float(pd.to_numeric(g.heads_pruned).mean()),
-                     degenerate=int(g.degenerate.sum()), base_failed=int(g.base_failed.sum()),
+                     n_survivors=d_survivors["n"], mean_survivors=d_survivors["mean"], sd_survivors=d_survivors["sd"],
+                     heads_pruned=float(pruned.mean()), degenerate=int(g.degenerate.sum()),
                      scores=dict(zip(g.seed.astype(int), pp)), wall_s=float(pd.to_numeric(g.wall_s).mean()),
-                     base_failed_seeds=sorted(int(x) for x in g.seed[g.base_failed.astype(bool)]),
                      target=float(target[has].mean()) if has.any() else math.nan,
                      off_budget=int((has & (pruned != target)).sum()),
                      target_range=(float(target[has].min()), float(target[has].max())) if has.any()
-                     else (math.nan, math.nan))
+                     else (math.nan, math.nan),
+                     heads=dict(zip(g.seed.astype(int), pruned.astype(int))),
+                     layers_emptied=float(pd.to_numeric(g.layers_emptied).mean()),
+                     layers_emptied_max=int(pd.to_numeric(g.layers_emptied).max()) if len(g) else 0,
+                     weights=", ".join(dict.fromkeys(str(w) for w in g.weights)))
 
 
 def _predictions(records: list[Record], rows: pd.DataFrame) -> tuple[list, list] | None:
@@ -279,28 +319,51 @@ def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind
     b = df[df.unit == ref].set_index("seed")
     common = sorted(set(a.index) & set(b.index))
     a, b = a.loc[common], b.loc[common]
-    bad = (a.degenerate.to_numpy() | a.base_failed.to_numpy() | b.degenerate.to_numpy() | b.base_failed.to_numpy())
+    bad = a.degenerate.to_numpy(dtype=bool) | b.degenerate.to_numpy(dtype=bool)
+    ha, hb = a.heads_pruned.to_numpy(dtype=int), b.heads_pruned.to_numpy(dtype=int)
+    mismatch = [int(s) for s, x, y in zip(common, ha, hb) if x and y and x != y]
     res = stats.compare_with_without(100 * a.score.to_numpy(), 100 * b.score.to_numpy(), bad, n_boot=n_boot, seed=seed)
+    if mismatch:  # not a test: rows of different head counts are never compared as if equal (protocol §3)
+        for which in ("all", "clean"):  # (compare_with_without's names of the two seed sets)
+            res[which] = {**res[which], "p_exact": math.nan, "p_wilcoxon": math.nan, "p_t": math.nan,
+                          "notes": "; ".join(x for x in (res[which].get("notes", ""),
+                                                         f"head counts differ on seed(s) {mismatch}: no test") if x)}
     pa, pb = _predictions(data.records, a.reset_index()), _predictions(data.records, b.reset_index())
     two_all = _two_level(pa, pb, np.ones(len(common), bool), metric, n_boot_examples, seed)
     # no seed excluded: the same resamples
-    two_clean = two_all if (~bad).all() else _two_level(pa, pb, ~bad, metric, n_boot_examples, seed)
+    two_survivors = two_all if (~bad).all() else _two_level(pa, pb, ~bad, metric, n_boot_examples, seed)
     return Comparison(target=target, reference=ref, kind=kind, seeds=common, bad=bad.tolist(),
                       n_excluded=res["n_excluded"], all=SeedView(PairedStats.of(res["all"]), two_all),
-                      clean=SeedView(PairedStats.of(res["clean"]), two_clean))
+                      survivors=SeedView(PairedStats.of(res["clean"]), two_survivors), count_mismatch=mismatch)
 
 
 def _group_frames(tdf: pd.DataFrame):
-    """(group, frame) of each condition group of one task's frame that has rows."""
+    """(group, frame) of each condition group of one task's frame that has rows, headline first."""
     for group in GROUPS:
         if group == PRUNE_ONLY:
             gdf = tdf[tdf.condition == PRUNE_ONLY]
         else:
-            if not tdf.condition.isin([RECOVER, CONTROL]).any():
+            if not tdf.condition.isin([RECOVER, CONTROL, OWN]).any():
                 continue
-            gdf = tdf[tdf.condition.isin([RECOVER, CONTROL]) | (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)]
+            gdf = tdf[tdf.condition.isin([RECOVER, CONTROL, OWN]) | (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)]
         if not gdf.empty:
             yield group, gdf
+
+
+def base_failed_seeds(tdf: pd.DataFrame) -> list[int]:
+    """The seeds of one task's frame whose base model failed: a record of the seed says so (``base_failed``, set by
+    the runner from the unpruned cell), or the unpruned prune-only cell is itself degenerate."""
+    flagged = tdf.base_failed.astype(bool) | ((tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)
+                                              & tdf.degenerate.astype(bool))
+    return sorted(int(s) for s in tdf.seed[flagged].unique())
+
+
+def _holm(comparisons: list[Comparison]) -> None:
+    """Set each comparison's Holm-adjusted p per seed view; one family: ``comparisons`` (untested ones out)."""
+    for which in VIEWS:
+        adjusted, _ = stats.holm([c.view(which).stats.p_exact for c in comparisons])
+        for c, p in zip(comparisons, adjusted):
+            c.view(which).p_holm = float(p)
 
 
 def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boot: int = 10_000,
@@ -316,18 +379,22 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
     results: list[GroupResult] = []
     df = data.frame
     for task in sorted(df.task.unique(), key=task_key) if not df.empty else ():
-        for group, gdf in _group_frames(df[df.task == task]):
+        tdf = df[df.task == task]
+        failed = base_failed_seeds(tdf)
+        for group, gdf in _group_frames(tdf):
+            kept = gdf[~gdf.seed.isin(failed)]
             units = sorted_units(gdf.unit.unique())
             metric = gdf.metric.iloc[0]
-            comparisons = [compare_units(data, gdf, target, ref, kind, metric, n_boot, n_boot_examples, seed)
-                           for target, ref, kind in comparison_pairs(units, group, against)]
-            for which in VIEWS:
-                adjusted, _ = stats.holm([c.view(which).stats.p_exact for c in comparisons])
-                for c, p in zip(comparisons, adjusted):
-                    c.view(which).p_holm = float(p)
+            compare = lambda pairs: [compare_units(data, kept, t, r, k, metric, n_boot, n_boot_examples, seed)  # noqa: E731
+                                     for t, r, k in pairs]
+            comparisons = compare(comparison_pairs(units, group, against))
+            pairwise = [] if against == "all" else compare(pairwise_pairs(units))
+            _holm(comparisons)
+            _holm(pairwise)
             results.append(GroupResult(
                 task=task, group=group, metric=metric, heads_total=float(pd.to_numeric(gdf.heads_total).max()),
-                majority=100 * float(gdf.majority.median()), seeds=sorted(int(s) for s in gdf.seed.unique()),
-                units=units, unit_stats={u: unit_stats(gdf[gdf.unit == u].sort_values("seed")) for u in units},
-                comparisons=comparisons))
+                majority=100 * float(gdf.majority.median()), seeds=sorted(int(s) for s in kept.seed.unique()),
+                units=units, unit_stats={u: unit_stats(kept[kept.unit == u].sort_values("seed")) for u in units},
+                comparisons=comparisons, pairwise=pairwise,
+                base_failed_seeds=sorted(set(failed) & {int(s) for s in gdf.seed.unique()})))
     return results

@@ -2,7 +2,7 @@
 averages over the tasks not in :data:`~benchmark.report.units.EXCLUDED_FROM_AVERAGE` (WNLI).
 
 Every number leaves out the base-failed (task, seed) pairs (the unpruned base model of that seed is degenerate,
-so pruning it says nothing; protocol.md §6), as the per-task tables' clean view does: a task's number is the mean
+so pruning it says nothing; protocol.md §6), as the per-task tables do: a task's number is the mean
 over its other seeds, the same seeds for every row, and a task whose every seed failed has no number and leaves
 the averages. The cross-task average of a unit is over the averaged tasks it has a number on.
 """
@@ -58,12 +58,10 @@ class CrossTaskSummary:
 
 
 def base_failed_seeds(results: list[GroupResult]) -> dict[str, list[int]]:
-    """Per task, the seeds whose unpruned base model failed (is degenerate), from every unit's records."""
+    """Per task, the seeds whose unpruned base model failed (is degenerate), from every group's table."""
     out: dict[str, set[int]] = {}
     for r in results:
-        failed = out.setdefault(r.task, set())
-        for s in r.unit_stats.values():
-            failed.update(s.base_failed_seeds)
+        out.setdefault(r.task, set()).update(r.base_failed_seeds)
     return {t: sorted(v) for t, v in out.items()}
 
 
@@ -93,8 +91,7 @@ def cross_task_summary(results: list[GroupResult]) -> CrossTaskSummary:
     """The :class:`CrossTaskSummary` of every unit of ``results`` (see the module docstring)."""
     tasks = sorted({r.task for r in results}, key=task_key)
     failed = base_failed_seeds(results)
-    averaged = [t for t in tasks if t not in EXCLUDED_FROM_AVERAGE
-                and any(seed not in failed.get(t, ()) for r in results if r.task == t for seed in r.seeds)]
+    averaged = [t for t in tasks if t not in EXCLUDED_FROM_AVERAGE and any(r.seeds for r in results if r.task == t)]
     rows = []
     for u in sorted_units([u for r in results for u in r.units]):
         row = CrossTaskRow(unit=u, tasks={t: _task_score(results, u, t, failed.get(t, [])) for t in tasks})

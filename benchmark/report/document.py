@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from benchmark import stats
@@ -43,8 +44,23 @@ def table_label(r: GroupResult) -> str:
     return f"tab:{r.task}" + ("" if r.group == PRUNE_ONLY else "-recover")
 
 
-def _has_clean_view(r: GroupResult) -> bool:
-    return any(c.n_excluded for c in r.comparisons) or any(s.n != s.n_clean for s in r.unit_stats.values())
+def _has_survivors_view(r: GroupResult) -> bool:
+    return (any(c.n_excluded for c in (*r.comparisons, *r.pairwise))
+            or any(s.n != s.n_survivors for s in r.unit_stats.values()))
+
+
+SURVIVORS_TITLE = ("sensitivity view, survivors only (not the headline: the pairs with a degenerate pruned run are "
+                   "left out, which biases the comparison in the pruning methods' favour; protocol.md §6)")
+
+
+def _pairwise_lines(r: GroupResult) -> list[str]:
+    """The pairwise table of a group with its note (nothing with fewer than two pruned rows)."""
+    if not r.pairwise:
+        return []
+    m = sum(1 for c in r.pairwise if c.tested and np.isfinite(c.all.stats.p_exact))
+    return [f"**{task_label(r.task)} pairwise** (every pair of pruned rows, row − minus, paired by seed; exact "
+            f"sign-flip p, Holm over the {m} tested pair(s) of this table; a pair whose head counts differ on some "
+            "seed is not a test, protocol.md §3; * Holm p < .05):\n", tables.md_table(tables.pairwise_table(r)), ""]
 
 
 def header_section(data: RunData, results: list[GroupResult]) -> list[str]:
@@ -69,16 +85,16 @@ def header_section(data: RunData, results: list[GroupResult]) -> list[str]:
 
 
 def task_sections(results: list[GroupResult]) -> list[str]:
-    """Each (task, group) table with its notes, and its clean view where some seed was left out."""
+    """Each (task, group) table (headline first) with its notes, its pairwise table, and its survivors-only
+    sensitivity view where some seed was left out."""
     md: list[str] = []
     for r in results:
         md += [f"## {tables.group_title(r)}\n", tables.md_table(tables.task_table(r))]
         md += [f"- {n}" for n in tables.table_notes(r, "all")] + [""]
-        if _has_clean_view(r):
-            md += [f"**{task_label(r.task)} without degenerate / base-failed seeds** (a seed leaves a comparison "
-                   "when either side is degenerate or its base model failed; protocol.md §6):\n",
-                   tables.md_table(tables.task_table(r, "clean"))]
-            md += [f"- {n}" for n in tables.table_notes(r, "clean") if n.startswith(("p:", "No "))] + [""]
+        md += _pairwise_lines(r)
+        if _has_survivors_view(r):
+            md += [f"**{task_label(r.task)}, {SURVIVORS_TITLE}:**\n", tables.md_table(tables.task_table(r, "survivors"))]
+            md += [f"- {n}" for n in tables.table_notes(r, "survivors") if n.startswith(("p:", "No "))] + [""]
     return md
 
 
@@ -98,7 +114,7 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
           "- mean: average over the non-WNLI tasks of each row's mean score, shown only for rows that ran on all "
           "of them (tasks: how many it ran on; summary.csv has the partial averages too); Δ: the "
           "average of its mean paired differences vs original. Base-failed (task, seed) pairs are left out of "
-          "every number here (as in the tables' clean view), the same seeds for every row. WNLI's dev set is "
+          "every number here (as in the tables), the same seeds for every row. WNLI's dev set is "
           "adversarial: compare it with its majority baseline."]
     md += [f"- {n}." for n in tables.summary_notes(frames.summary, results)] + [""]
     md += ["## All comparisons (secondary tests and the two-level bootstrap)\n",
@@ -150,15 +166,19 @@ def markdown(data: RunData, results: list[GroupResult], frames: Frames) -> str:
 
 
 def latex(results: list[GroupResult], frames: Frames) -> str:
-    """The whole ``tables.tex``: each task table (and its clean view), the cross-task summary and the cost table."""
+    """The whole ``tables.tex``: each task table (its pairwise table, its survivors view), the cross-task summary and
+    the cost table."""
     parts = [TEX_HEADER]
     for r in results:
         title, notes = tables.group_title(r), tables.table_notes(r, "all")
         parts.append(tables.latex_table(tables.task_table(r), f"{title}. Mean ± SD over seeds; " + " ".join(notes[1:]),
                                         table_label(r)))
-        if _has_clean_view(r):
-            parts.append(tables.latex_table(tables.task_table(r, "clean"),
-                                            f"{title}, without degenerate or base-failed seeds.", f"{table_label(r)}-clean"))
+        if r.pairwise:
+            parts.append(tables.latex_table(tables.pairwise_table(r), f"{title}: every pair of pruned rows, exact "
+                                            "sign-flip p, Holm within the pairs.", f"{table_label(r)}-pairwise"))
+        if _has_survivors_view(r):
+            parts.append(tables.latex_table(tables.task_table(r, "survivors"), f"{title}, {SURVIVORS_TITLE}.",
+                                            f"{table_label(r)}-survivors"))
     if results:
         parts.append(tables.latex_table(tables.summary_text(frames.summary), "Cross-task summary; WNLI beside its "
                                         "majority baseline and left out of the averages.", "tab:summary"))

@@ -16,7 +16,8 @@ from benchmark.records import CONTROL_NAME, METRIC_AXIS, ORIGINAL, PRUNE_ONLY, R
 from benchmark.report.analysis import GroupResult
 from benchmark.report.load import RunData, warn
 from benchmark.report.tables import num
-from benchmark.report.units import Unit, method_color, short_budget, sorted_methods, sorted_units, task_key, task_label
+from benchmark.report.units import (CONDITION_SUFFIX, Unit, method_color, short_budget, sorted_methods, sorted_units,
+                                    task_key, task_label)
 
 MARKER_CYCLE = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 _RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
@@ -143,7 +144,7 @@ def _sweep_line(ax, r: GroupResult, key: tuple[str, str, str], us: list[Unit], s
     st = sorted((r.unit_stats[u] for u in us), key=lambda s: s.heads_pruned)
     x, y = np.array([s.heads_pruned for s in st]), np.array([s.mean for s in st])
     lo, hi = np.array([s.ci_low for s in st]), np.array([s.ci_high for s in st])
-    label = name + (f" opts={opts[:6]}" if opts else "") + (" +recover" if cond == RECOVER else "")
+    label = name + (f" opts={opts[:6]}" if opts else "") + CONDITION_SUFFIX.get(cond, "")
     face = "white" if second_set else color  # a second option set: dotted, hollow markers
     if len(st) == 1:
         err = None if not np.isfinite(lo[0]) else [[y[0] - lo[0]], [hi[0] - y[0]]]

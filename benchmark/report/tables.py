@@ -15,7 +15,7 @@ from benchmark import stats
 from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER
 from benchmark.report.analysis import ALPHA, DEFAULT_AGAINST, VIEWS, Comparison, GroupResult, UnitStats
 from benchmark.report.crosstask import CrossTaskSummary
-from benchmark.report.units import EXCLUDED_FROM_AVERAGE, task_label
+from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
 
 #: Significance marker per reference (Holm-adjusted exact p < ALPHA); other references get "*".
 MARKERS = {ORIGINAL: "†", DEFAULT_AGAINST[1]: "‡", CONTROL_NAME: "§"}
@@ -110,8 +110,10 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 
 
 def group_title(r: GroupResult) -> str:
-    """Heading of a (task, group) table, e.g. ``CoLA (MCC)`` or ``MRPC (acc) — prune + recover (...)``."""
-    suffix = "" if r.group == PRUNE_ONLY else " — prune + recover (with the fine-tuning control)"
+    """Heading of a (task, group) table, e.g. ``MRPC (acc) — headline: prune + recover vs the fine-tuning control``
+    or ``MRPC (acc) — prune-only (the mask alone)``."""
+    suffix = (" — prune-only (the mask on the base weights, no re-training)" if r.group == PRUNE_ONLY
+              else " — headline: prune + recover vs the fine-tuning control")
     return f"{task_label(r.task)} ({METRIC_LABEL.get(r.metric, r.metric)}){suffix}"
 
 
@@ -128,32 +130,86 @@ def heads_cell(s: UnitStats, heads_total: float) -> str:
     return text
 
 
-def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
-    """The Table-2 layout of one (task, group) as text cells. ``which``: "all" seeds or "clean" seeds only.
+WEIGHTS_LABEL = {"base": "base", "base+recovery": "base + recovery", "own": "own fine-tuning"}
+"""How a table names the weights a row evaluates (``Record.weights``)."""
 
-    Rows: the table's units; columns: method, budget, n, mean ± SD, heads pruned, per reference Δ [95% CI] with
-    its marker and Holm p, then degenerate counts ("all") or excluded seeds ("clean").
+
+def _p_cell(c: Comparison, which: str) -> str:
+    """The Holm p of a comparison, or why there is none (different head counts on some seed)."""
+    if not c.tested:
+        return f"counts differ ({len(c.count_mismatch)}/{len(c.seeds)} seeds)"
+    return p_text(c.view(which).p_holm)
+
+
+def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
+    """The Table-2 layout of one (task, group) as text cells. ``which``: "all" seeds (degenerate pruned runs
+    included: the headline) or "survivors" (pairs with a degenerate side left out: a sensitivity view).
+
+    Rows: the table's units; columns: method (``+recover``, ``, own fine-tuning``), weights it evaluates, budget,
+    n, mean ± SD, heads pruned, layers emptied (mean, max), per reference Δ [95% CI] with its marker and Holm p,
+    then degenerate counts ("all") or left-out seeds ("survivors").
     """
     metric = METRIC_LABEL.get(r.metric, r.metric)
     rows = []
     for u in r.units:
         s = r.unit_stats[u]
         n, mean, sd = s.view(which)
-        row = {"method": u.name + (" +recover" if u.condition == RECOVER else "") + (f" opts={u.opts}" if u.opts else ""),
+        row = {"method": u.row_name, "weights": ", ".join(WEIGHTS_LABEL.get(w, w) for w in s.weights.split(", ")),
                "budget": u.budget if u.budget != NO_BUDGET else "—", "n": str(n),
-               f"{metric} mean ± SD": pm(mean, sd), "heads pruned": heads_cell(s, r.heads_total)}
+               f"{metric} mean ± SD": pm(mean, sd), "heads pruned": heads_cell(s, r.heads_total),
+               "layers emptied": f"{num(s.layers_emptied, 1)} (max {s.layers_emptied_max})" if s.n else "—"}
         for kind in r.references:  # the --against names that had a reference row here
             comp = r.comparison(u, kind)
             p = comp.view(which).p_holm if comp else math.nan
             mark = marker(kind) if np.isfinite(p) and p < ALPHA else ""
             row[f"Δ vs {kind} [95% CI]"] = _diff_ci(comp, which) + mark if comp else "—"
-            row[f"p vs {kind} (Holm)"] = p_text(p)
+            row[f"p vs {kind} (Holm)"] = _p_cell(comp, which) if comp else "—"
         if which == "all":
-            row["degenerate"] = str(s.degenerate) + (f" ({s.base_failed} base failed)" if s.base_failed else "")
+            row["degenerate"] = str(s.degenerate)
         else:
-            row["excluded"] = str(s.n - s.n_clean)
+            row["left out"] = str(s.n - s.n_survivors)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def pairwise_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
+    """Every pair of the group's pruned rows (:attr:`GroupResult.pairwise`): ``row − reference``, n, Δ [95% CI],
+    exact p and its Holm adjustment within the pairwise family; a pair of different head counts is listed
+    without a test."""
+    rows = []
+    for c in r.pairwise:
+        v = c.view(which)
+        significant = c.tested and np.isfinite(v.p_holm) and v.p_holm < ALPHA
+        rows.append({"row": c.target.row_name, "minus": c.reference.row_name, "n": str(v.stats.n),
+                     "Δ [95% CI]": _diff_ci(c, which) + ("*" if significant else ""),
+                     "p exact": p_text(v.stats.p_exact) if c.tested else "—", "p Holm": _p_cell(c, which)})
+    return pd.DataFrame(rows)
+
+
+NULL_CONTROLS = {"auber": "auber-null"}
+"""A method whose head count the report prints beside its null-reward control's (protocol: AUBER sized so that its
+count means something)."""
+
+
+def _count_text(s: UnitStats) -> str:
+    counts = sorted(s.heads.values())
+    spread = f", range {counts[0]}–{counts[-1]}" if counts and counts[0] != counts[-1] else ""
+    return f"{num(s.heads_pruned, 1)} heads (mean over {s.n} seed(s){spread})"
+
+
+def _null_control_notes(r: GroupResult) -> list[str]:
+    """"AUBER pruned ...; its null-reward control pruned ..." where both have a row of the same condition."""
+    notes = []
+    for method, control in NULL_CONTROLS.items():
+        for u in r.units:
+            c = next((v for v in r.units if v.name == control and v.condition == u.condition), None)
+            if u.name == method and c is not None and r.unit_stats[u].n and r.unit_stats[c].n:
+                notes.append(f"{u.row_name} pruned {_count_text(r.unit_stats[u])}; its null-reward control "
+                             f"{c.row_name} (rewards from shuffled mini-dev labels) pruned "
+                             f"{_count_text(r.unit_stats[c])}. Where the two are close, AUBER's count comes from its "
+                             f"DQN's stop rule, not from what its rewards say about the heads.")
+                break
+    return notes
 
 
 def table_notes(r: GroupResult, which: str = "all") -> list[str]:
@@ -163,11 +219,20 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
     m = sum(1 for c in r.comparisons if np.isfinite(c.view(which).stats.p_exact))
     n_max = max({c.view(which).stats.n for c in r.comparisons} or {n_seeds})
     notes = [f"majority-class baseline: {num(r.majority)}; seeds: {', '.join(map(str, r.seeds))} (n = {n_seeds})."]
+    if r.base_failed_seeds:
+        notes.append(f"Base failures left out (protocol.md §6: the unpruned base model of the seed is degenerate, so "
+                     f"pruning it says nothing): {len(r.base_failed_seeds)} seed(s), "
+                     f"{', '.join(map(str, r.base_failed_seeds))}.")
+    if which == "all" and any(s.degenerate for s in r.unit_stats.values()):
+        notes.append("Degenerate pruned runs (at or below the majority baseline, or one class for > 95% of dev "
+                     "examples) stay in every number of this table: dropping them would bias it in the pruning "
+                     "methods' favour.")
+    notes += _null_control_notes(r)
     if r.task in EXCLUDED_FROM_AVERAGE:
         notes.append(f"{task_label(r.task)}'s dev set is adversarial: read every score beside the majority baseline "
                      f"({num(r.majority)}); {task_label(r.task)} is left out of cross-task averages.")
     if n_max == 0:
-        notes.append("No seed is left for a comparison here." if which == "clean" else "No paired seeds.")
+        notes.append("No seed is left for a comparison here." if which == "survivors" else "No paired seeds.")
         return notes
     pmin = stats.min_exact_p(n_max)
     hmin = stats.min_holm_p(n_max, m) if m else math.nan
@@ -193,8 +258,9 @@ def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]
     s, two = v.stats, v.two_level
     return {"task": r.task, "group": r.group, "method": c.target.name, "budget": c.target.budget,
             "condition": c.target.condition, "opts": c.target.opts or "", "vs": c.reference.label,
-            "kind": c.kind, "seeds": "all" if which == "all" else "without degenerate",
-            "n": s.n, "n_excluded": c.n_excluded if which == "clean" else 0,
+            "kind": c.kind, "seeds": "all" if which == "all" else "survivors",
+            "n": s.n, "n_excluded": c.n_excluded if which == "survivors" else 0,
+            "tested": c.tested, "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
             "mean_a": s.mean_a, "mean_b": s.mean_b, "mean_diff": s.mean_diff, "sd_diff": s.sd_diff,
             "ci_low": s.ci_low, "ci_high": s.ci_high, "ci2_low": two.low, "ci2_high": two.high,
             "p_exact": s.p_exact, "p_holm": v.p_holm, "significant": bool(np.isfinite(v.p_holm) and v.p_holm < ALPHA),
@@ -203,17 +269,19 @@ def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]
 
 
 def comparisons_frame(results: list[GroupResult]) -> pd.DataFrame:
-    """Every comparison in long form (numbers in percent points), one row per (comparison, seed set)."""
-    return pd.DataFrame([_comparison_row(r, c, which) for r in results for c in r.comparisons for which in VIEWS])
+    """Every comparison in long form (numbers in percent points), one row per (comparison, seed set); the
+    pairwise family's rows have kind ``pair``."""
+    return pd.DataFrame([_comparison_row(r, c, which) for r in results for c in (*r.comparisons, *r.pairwise)
+                         for which in VIEWS])
 
 
 def comparisons_text(cf: pd.DataFrame) -> pd.DataFrame:
-    """The long form as text: every comparison over all seeds, and over the clean seeds where some were left out."""
+    """The long form as text: every comparison over all seeds, and over the survivors where some were left out."""
     if cf.empty:
         return cf
     cf = cf[(cf.seeds == "all") | (cf.n_excluded > 0)]
     return pd.DataFrame({
-        "task": cf.task, "method": cf.method + np.where(cf.condition == RECOVER, " +recover", ""),
+        "task": cf.task, "method": cf.method + cf.condition.map(lambda c: CONDITION_SUFFIX.get(c, "")),
         "budget": cf.budget, "vs": cf.vs, "seeds": cf.seeds, "n": cf.n.astype(str),
         "Δ": [num(v, sign=True) for v in cf.mean_diff], "SD Δ": [num(v) for v in cf.sd_diff],
         "95% CI (seeds)": [_ci(a, b) for a, b in zip(cf.ci_low, cf.ci_high)],
@@ -233,10 +301,13 @@ def scores_frame(results: list[GroupResult]) -> pd.DataFrame:
             s = r.unit_stats[u]
             rows.append({"task": r.task, "group": r.group, "metric": r.metric, "method": u.name, "budget": u.budget,
                          "condition": u.condition, "opts": u.opts or "", "n": s.n, "mean": s.mean, "sd": s.sd,
-                         "ci_low_t": s.ci_low, "ci_high_t": s.ci_high, "n_clean": s.n_clean,
-                         "mean_clean": s.mean_clean, "sd_clean": s.sd_clean, "heads_pruned": s.heads_pruned,
-                         "heads_total": r.heads_total, "target": s.target, "off_budget": s.off_budget,
-                         "degenerate": s.degenerate, "base_failed": s.base_failed, "majority": r.majority})
+                         "ci_low_t": s.ci_low, "ci_high_t": s.ci_high, "n_survivors": s.n_survivors,
+                         "mean_survivors": s.mean_survivors, "sd_survivors": s.sd_survivors,
+                         "heads_pruned": s.heads_pruned, "heads_total": r.heads_total, "target": s.target,
+                         "off_budget": s.off_budget, "layers_emptied": s.layers_emptied,
+                         "layers_emptied_max": s.layers_emptied_max, "weights": s.weights,
+                         "degenerate": s.degenerate, "base_failed_seeds": len(r.base_failed_seeds),
+                         "majority": r.majority})
     return pd.DataFrame(rows)
 
 
@@ -293,7 +364,7 @@ def summary_notes(summary: CrossTaskSummary, results: list[GroupResult]) -> list
         failed = summary.failed.get(t, [])
         if not failed:
             continue
-        seeds = sorted({seed for r in results if r.task == t for seed in r.seeds})
+        seeds = sorted({seed for r in results if r.task == t for seed in (*r.seeds, *r.base_failed_seeds)})
         gone = all(seed in failed for seed in seeds)
         notes.append(f"{task_label(t)}: base model failed on {len(failed)} of {len(seeds)} seed(s) "
                      f"({', '.join(map(str, failed))}), left out of every number of this table"
@@ -310,7 +381,7 @@ def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
     if cost.empty:
         return pd.DataFrame()
     return pd.DataFrame({
-        "task": cost.task, "method": cost.method + np.where(cost.condition == RECOVER, " +recover", ""),
+        "task": cost.task, "method": cost.method + cost.condition.map(lambda c: CONDITION_SUFFIX.get(c, "")),
         "budget": cost.budget.where(cost.budget != NO_BUDGET, "—"), "n": cost.n.astype(str),
         "wall s / cell": [pm(m, s) for m, s in zip(cost.wall_s_mean, cost.wall_s_sd)],
         "pruning s": [num(v) for v in cost.prune_wall_s_mean],

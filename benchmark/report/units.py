@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from benchmark.records import CONTROL, CONTROL_NAME, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER
+from benchmark.records import CONTROL, CONTROL_NAME, NO_BUDGET, ORIGINAL, OWN, PRUNE_ONLY, RECOVER
 
 TASK_ORDER = ("mrpc", "cola", "rte", "wnli")
 EXCLUDED_FROM_AVERAGE = ("wnli",)
@@ -28,6 +28,10 @@ REPORT_COLORS = {ORIGINAL: OKABE_ITO["black"], CONTROL_NAME: "#777777"}
 #: Okabe-Ito yellow.
 EXTRA_COLORS = ("#332288", "#117733", "#882255", "#44AA99", "#999933", "#AA4499", "#88CCEE", "#DDCC77",
                 OKABE_ITO["yellow"])
+
+
+CONDITION_SUFFIX = {RECOVER: " +recover", OWN: ", own fine-tuning"}
+"""What a row's name adds for its condition (prune-only and control add nothing)."""
 
 
 def task_key(task: str) -> tuple:
@@ -142,27 +146,33 @@ class Unit:
     opts: str | None = None
 
     @property
+    def row_name(self) -> str:
+        """The name a table row shows: the method, ``METHOD +recover`` in prune+recover, ``METHOD, own
+        fine-tuning`` for a method's own weights (protocol §4), with ``opts=HASH`` where several option sets ran."""
+        text = self.name + CONDITION_SUFFIX.get(self.condition, "")
+        return text + (f" opts={self.opts}" if self.opts else "")
+
+    @property
     def label(self) -> str:
-        """Human label, e.g. ``michel [fraction:0.3]``, ``auber [matched:auber] +recover``."""
+        """Human label, e.g. ``michel [fraction:0.3]``, ``auber [own] +recover``, ``auber [own], own fine-tuning``."""
         text = self.name
         if self.budget not in (NO_BUDGET, ""):
             text += f" [{self.budget}]"
         if self.opts:
             text += f" opts={self.opts}"
-        if self.condition == RECOVER:
-            text += " +recover"
-        return text
+        return text + CONDITION_SUFFIX.get(self.condition, "")
 
     @property
     def sort_key(self) -> tuple:
         """Sort key of a row: original, control, then by method, budget, options hash and condition."""
-        cond = {PRUNE_ONLY: 0, CONTROL: 1, RECOVER: 2}.get(self.condition, 3)
+        cond = {PRUNE_ONLY: 0, CONTROL: 1, RECOVER: 2, OWN: 3}.get(self.condition, 4)
         original_first = 0 if self.name == ORIGINAL else 1 if self.name == CONTROL_NAME else 2
         return (original_first, method_rank(self.name), budget_key(self.budget), self.opts or "", cond)
 
     def group(self) -> str:
-        """The condition group whose table holds this row: prune+recover (with control) or prune-only."""
-        return RECOVER if self.condition in (RECOVER, CONTROL) else PRUNE_ONLY
+        """The condition group whose table holds this row: prune+recover (with control and the methods' own
+        weights) or prune-only."""
+        return RECOVER if self.condition in (RECOVER, CONTROL, OWN) else PRUNE_ONLY
 
 
 def sorted_units(units: Sequence[Unit]) -> list[Unit]:
