@@ -35,9 +35,21 @@ def run_smoke(out, glue_dir, **overrides: Any) -> Runner:
     return runner
 
 
+def _without_timings(value: Any) -> Any:
+    """A method's trace without what differs between two runs of the same cell: wall times (keys holding
+    ``seconds``: AUBER's per-layer timings) and whether a cache was hit (``cache``: redundancy's distance matrix,
+    computed once per process)."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if "seconds" not in k and k != "cache"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
 def stable(records) -> dict[str, dict[str, Any]]:
-    """Records by cell key without the :data:`VOLATILE` fields."""
-    return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in records}
+    """Records by cell key without the :data:`VOLATILE` fields and the timings inside their traces."""
+    return {r["cell"]: {k: _without_timings(v) if k == "trace" else v for k, v in r.items() if k not in VOLATILE}
+            for r in records}
 
 
 def kill_after_records(cmd: list[str], records: Path, n: int, timeout_s: float = 400, **popen: Any) -> int:

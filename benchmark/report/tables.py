@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark import stats
-from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER
+from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY
 from benchmark.report.analysis import ALPHA, DEFAULT_AGAINST, VIEWS, Comparison, GroupResult, UnitStats
 from benchmark.report.crosstask import CrossTaskSummary
 from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
