@@ -16,6 +16,7 @@ from statsmodels.stats.multitest import multipletests
 
 from benchmark import stats
 from benchmark.report import ReportWarning, analyse, build_report, load_runs, report_cmd
+from benchmark.report.tables import num as tables_num
 from benchmark.tasks import TASKS, compute_metrics, majority_baseline
 
 LAYERS, HEADS = 2, 4
@@ -388,6 +389,11 @@ def test_base_failures_leave_every_number_and_degenerate_runs_stay(tmp_path):
     assert c.seeds == [0, 2, 3] and c.all.stats.n == 3 and c.survivors.stats.n == 2
     md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
     assert "Base failures left out" in md and "1 seed(s), 1." in md
+    # the failed seed's scores are shown apart, for inspection
+    failed = md[md.index("**CoLA, the base-failed seeds**"):].split("\n\n")[1]
+    assert "| seed 1 " in failed.splitlines()[0]
+    michel_line = next(l for l in failed.splitlines() if l.startswith("| michel "))
+    assert tables_num(scores[1]) in michel_line
     assert "CoLA, sensitivity view, survivors only" in md
     assert "Degenerate pruned runs" in md and "stay in every number of this table" in md
 

@@ -171,7 +171,8 @@ class GroupResult:
     """Statistics of one (task, condition group) table: its rows (``units``, table order), each row's
     :class:`UnitStats`, its "vs" comparisons (one Holm family) and its ``pairwise`` comparisons (another).
     ``majority`` in percent points; ``heads_total`` the model's head count; ``seeds`` the seeds in the statistics;
-    ``base_failed_seeds`` the seeds left out because the base model failed (protocol.md §6)."""
+    ``base_failed_seeds`` the seeds left out because the base model failed (protocol.md §6), and ``failed_scores``
+    what each row scored on them (percent points; shown apart, in no statistic)."""
 
     task: str
     group: str
@@ -184,6 +185,7 @@ class GroupResult:
     comparisons: list[Comparison]
     pairwise: list[Comparison] = field(default_factory=list)
     base_failed_seeds: list[int] = field(default_factory=list)
+    failed_scores: dict[Unit, dict[int, float]] = field(default_factory=dict)
 
     @property
     def references(self) -> list[str]:
@@ -358,6 +360,11 @@ def base_failed_seeds(tdf: pd.DataFrame) -> list[int]:
     return sorted(int(s) for s in tdf.seed[flagged].unique())
 
 
+def _scores_of(frame: pd.DataFrame) -> dict[Unit, dict[int, float]]:
+    """Each unit's score per seed in ``frame`` (percent points)."""
+    return {u: dict(zip(g.seed.astype(int), 100 * g.score.to_numpy())) for u, g in frame.groupby("unit", sort=False)}
+
+
 def _holm(comparisons: list[Comparison]) -> None:
     """Set each comparison's Holm-adjusted p per seed view; one family: ``comparisons`` (untested ones out)."""
     for which in VIEWS:
@@ -396,5 +403,6 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
                 majority=100 * float(gdf.majority.median()), seeds=sorted(int(s) for s in kept.seed.unique()),
                 units=units, unit_stats={u: unit_stats(kept[kept.unit == u].sort_values("seed")) for u in units},
                 comparisons=comparisons, pairwise=pairwise,
-                base_failed_seeds=sorted(set(failed) & {int(s) for s in gdf.seed.unique()})))
+                base_failed_seeds=sorted(set(failed) & {int(s) for s in gdf.seed.unique()}),
+                failed_scores=_scores_of(gdf[gdf.seed.isin(failed)])))
     return results

@@ -91,6 +91,9 @@ def task_sections(results: list[GroupResult]) -> list[str]:
     for r in results:
         md += [f"## {tables.group_title(r)}\n", tables.md_table(tables.task_table(r))]
         md += [f"- {n}" for n in tables.table_notes(r, "all")] + [""]
+        if r.failed_scores:
+            md += [f"**{task_label(r.task)}, the base-failed seeds** (in no statistic above; what each row scored "
+                   f"there, for inspection):\n", tables.md_table(tables.failed_seeds_table(r))]
         md += _pairwise_lines(r)
         if _has_survivors_view(r):
             md += [f"**{task_label(r.task)}, {SURVIVORS_TITLE}:**\n", tables.md_table(tables.task_table(r, "survivors"))]

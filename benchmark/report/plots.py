@@ -361,6 +361,8 @@ def make_plots(data: RunData, results: list[GroupResult], folder: Path) -> list[
     colors, markers = palette(data)
     jobs: list[tuple[str, Callable[[], list[Path]]]] = []
     for r in results:
+        if not r.seeds:  # every seed's base model failed: no statistic to draw
+            continue
         jobs.append((f"scores {r.task} {r.group}", lambda r=r: plot_scores(r, folder, colors)))
         jobs.append((f"sweep {r.task} {r.group}", lambda r=r: plot_sweep(r, folder, colors, markers)))
     for task in sorted({r.task for r in results}, key=task_key):

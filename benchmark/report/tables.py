@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark import stats
-from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY
+from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, WEIGHTS
 from benchmark.report.analysis import ALPHA, DEFAULT_AGAINST, VIEWS, Comparison, GroupResult, UnitStats
 from benchmark.report.crosstask import CrossTaskSummary
 from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
@@ -154,7 +154,8 @@ def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
     for u in r.units:
         s = r.unit_stats[u]
         n, mean, sd = s.view(which)
-        row = {"method": u.row_name, "weights": ", ".join(WEIGHTS_LABEL.get(w, w) for w in s.weights.split(", ")),
+        weights = s.weights or WEIGHTS.get(u.condition, "")  # (no seed left: the condition's weights)
+        row = {"method": u.row_name, "weights": ", ".join(WEIGHTS_LABEL.get(w, w) for w in weights.split(", ")),
                "budget": u.budget if u.budget != NO_BUDGET else "—", "n": str(n),
                f"{metric} mean ± SD": pm(mean, sd), "heads pruned": heads_cell(s, r.heads_total),
                "layers emptied": f"{num(s.layers_emptied, 1)} (max {s.layers_emptied_max})" if s.n else "—"}
@@ -170,6 +171,16 @@ def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
             row["left out"] = str(s.n - s.n_survivors)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def failed_seeds_table(r: GroupResult) -> pd.DataFrame:
+    """The scores of the base-failed seeds, one row per unit and a column per seed: shown apart, in no statistic
+    (empty without base failures)."""
+    if not r.failed_scores:
+        return pd.DataFrame()
+    seeds = sorted({s for scores in r.failed_scores.values() for s in scores})
+    return pd.DataFrame([{"method": u.row_name, **{f"seed {s}": num(r.failed_scores[u].get(s)) for s in seeds}}
+                         for u in r.units if u in r.failed_scores])
 
 
 def pairwise_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
