@@ -9,6 +9,7 @@ the prune-only result a ``prune+recover`` cell reuses), never read from the run 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -25,9 +26,36 @@ from benchmark.records import NO_BUDGET, ORIGINAL, OWN_BUDGET, BudgetInfo, CellK
 from benchmark.run_config import RunConfig
 from benchmark.run_folder import RunFolderError
 from benchmark.training import Counter
-from methods.base import HeadPruner, PruningResult
+from methods.base import HeadPruner, PruningResult, apply_layer_floor
 
 log = logging.getLogger("benchmark")
+
+
+def floor_suffix(cfg: RunConfig) -> str:
+    """What a per-layer floor adds to a budget spec (``/floor:M``; nothing without one)."""
+    return f"/floor:{cfg.min_heads_per_layer}" if cfg.min_heads_per_layer else ""
+
+
+def check_floor(floor: int, num_layers: int, num_heads: int, target: int | None) -> None:
+    """Refuse, before any training, a floor above the heads of a layer or one that a fixed target cannot meet.
+
+    Raises:
+        ConfigError: naming ``--min-heads-per-layer`` and the model's sizes.
+    """
+    if floor > num_heads:
+        raise ConfigError(f"--min-heads-per-layer {floor}: the model has {num_heads} heads per layer")
+    if target is not None and target > num_layers * (num_heads - floor):
+        raise ConfigError(f"--min-heads-per-layer {floor}: cannot prune {target} of {num_layers * num_heads} heads "
+                          f"while every one of the {num_layers} layers keeps {floor}")
+
+
+def with_floor(result: PruningResult, floor: int) -> PruningResult:
+    """``result`` with its mask moved to the per-layer floor (:func:`methods.base.apply_layer_floor`; unchanged
+    without a floor); the trace's ``layer_floor`` says which heads were restored and which pruned instead."""
+    if not floor:
+        return result
+    mask, moves = apply_layer_floor(result.mask, result.scores, floor)
+    return dataclasses.replace(result, mask=mask, trace={**result.trace, "layer_floor": {"min_heads": floor, **moves}})
 
 
 @dataclass
@@ -77,7 +105,7 @@ class CellWork:
         if method == ORIGINAL:
             return NO_BUDGET
         if self.method_classes[method].own_budget:
-            return OWN_BUDGET
+            return OWN_BUDGET + floor_suffix(self.cfg)
         return self.budget_label
 
     def key(self, task: str, seed: int, method: str, condition: str) -> str:
@@ -172,7 +200,7 @@ class CellWork:
             ctx = bench.context(counter, budget.target, per_layer)
             work = training.clone_model(bench.base)
             t_prune = time.time()
-            result = pruner.prune(work, ctx)
+            result = with_floor(pruner.prune(work, ctx), self.cfg.min_heads_per_layer)
             state = PruneState(result, time.time() - t_prune, counter.as_dict())
         return cell.pruned_by(bench, method, state.result, options, budget, state.prune_s), state
 

@@ -81,6 +81,10 @@ def list_cmd() -> None:
 @click.option("--recover/--no-recover", default=True, show_default=True,
               help="Also run the prune+recover condition (the headline) and the fine-tuning control (protocol "
                    "§4); --no-recover: prune-only (and a re-training method's own weights) alone.")
+@click.option("--min-heads-per-layer", "min_heads_per_layer", type=int, default=0, show_default=True,
+              help="A per-layer floor applied to every method's mask alike after it prunes: a layer left with fewer "
+                   "heads gets its best-scored pruned heads back, and as many lowest-scored heads elsewhere are "
+                   "pruned instead (same count). 0: no floor.")
 @click.option("--match-per-layer/--match-total", default=False, show_default=True,
               help="With --budget matched:METHOD, also match METHOD's per-layer counts (used by random).")
 @click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",
@@ -100,8 +104,8 @@ def list_cmd() -> None:
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
-            match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell, progress, report,
-            plots) -> None:
+            min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell,
+            progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
 
@@ -110,7 +114,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                               model=model, budget=budget, device=device, data_dir=data_dir, recover=recover,
                               match_per_layer=match_per_layer, method_options=_parse_method_options(options),
                               progress=progress, precision=precision, workers=workers, ray_address=ray_address,
-                              threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell)
+                              threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell,
+                              min_heads_per_layer=min_heads_per_layer)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg)
@@ -118,7 +123,7 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
         raise click.ClickException(str(exc)) from exc
     start = time.time()
     click.echo(f"bench run -> {cfg.out} | model {cfg.model} | device {runner.device} | tasks {','.join(cfg.tasks)} "
-               f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {cfg.budget.label} "
+               f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {runner.budget_label} "
                f"| precision {cfg.precision} | {runner.execution.summary()}")
     try:
         with plain_warnings():  # a method's or the report's warning as one line, not Python's form

@@ -37,6 +37,8 @@ class RunConfig:
         data_dir: the GLUE folder, or None (``$GLUE_DIR``, else the hub).
         recover: also run the ``prune+recover`` and ``control`` conditions (the headline; default).
         match_per_layer: with ``matched:METHOD``, match the setter's per-layer counts too.
+        min_heads_per_layer: the per-layer floor every method's mask is moved to after it prunes (0: none;
+            :func:`methods.base.apply_layer_floor`); part of the budget (cell keys say ``/floor:M``).
         method_options: per method, its options (the preset's, overridden by the CLI's).
         progress: show progress bars.
         precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward passes of every fine-tune and
@@ -59,6 +61,7 @@ class RunConfig:
     data_dir: str | None = None
     recover: bool = True
     match_per_layer: bool = False
+    min_heads_per_layer: int = 0
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
     precision: str = "fp32"
@@ -77,7 +80,7 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                     match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None,
                     progress: bool = True, precision: str = "fp32", workers: int | None = None,
                     ray_address: str | None = None, threads_per_cell: int | None = None,
-                    gpus_per_cell: float | None = None) -> RunConfig:
+                    gpus_per_cell: float | None = None, min_heads_per_layer: int = 0) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
@@ -97,12 +100,15 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
         raise ConfigError(f"--tasks: {exc}") from None
     seed_list = list(p.seeds) if seeds is None else parse_seeds(seeds)
     parsed_budget = parse_budget(budget or p.budget)
+    if min_heads_per_layer < 0:
+        raise ConfigError(f"--min-heads-per-layer {min_heads_per_layer}: expected 0 (no floor) or more heads")
     if match_per_layer and parsed_budget.kind != "matched":
         raise ConfigError(f"--match-per-layer matches a budget setter's per-layer counts: it needs --budget "
                           f"matched:METHOD, not {parsed_budget.label}")
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
                      budget=parsed_budget, model=models.normalize_model(model or p.model), device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
+                     min_heads_per_layer=min_heads_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
                      precision=precision, workers=workers, ray_address=ray_address,
                      threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell)

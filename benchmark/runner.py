@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 import methods
 from benchmark import models, tasks
 from benchmark.cell import SeedBench, TaskData, prepare_task
-from benchmark.cell_work import CellWork, PruneState
+from benchmark.cell_work import CellWork, PruneState, check_floor, floor_suffix
 from benchmark.config import ConfigError, Experiment
 from benchmark.execution import resolve_execution
 from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
@@ -81,6 +81,8 @@ class Runner:
         model_config = models.check_architecture(config.model)
         total_heads = model_config.num_hidden_layers * model_config.num_attention_heads
         fixed = config.budget.target(total_heads) if config.budget.kind != "matched" else None  # heads:K too large
+        check_floor(config.min_heads_per_layer, model_config.num_hidden_layers, model_config.num_attention_heads,
+                    fixed)
         for name in self.method_names:  # fails now, not after training: checks that need the model and budget
             pruner = methods.create(name, **config.method_options.get(name, {}))
             pruner.check_setup(model_config.num_hidden_layers, model_config.num_attention_heads,
@@ -104,7 +106,7 @@ class Runner:
             extra={"precision": config.precision} if config.precision != "fp32" else {},
         )
         per_layer = config.match_per_layer and config.budget.kind == "matched"
-        self.budget_label = config.budget.label + ("/per-layer" if per_layer else "")
+        self.budget_label = config.budget.label + ("/per-layer" if per_layer else "") + floor_suffix(config)
         self.config_hash = check_run_json(self.out, self.experiment)
         self.store = RecordStore(self.out)
         for broken in self.store.rejected:

@@ -359,3 +359,51 @@ def lowest_k_mask(scores: torch.Tensor, k: int, min_heads_per_layer: int = 0,
         mask[layer, head] = 0
         pruned += 1
     return mask
+
+
+def apply_layer_floor(mask: torch.Tensor, scores: torch.Tensor | None, floor: int) -> tuple[torch.Tensor, dict]:
+    """A method's ``[L, H]`` mask moved to keep at least ``floor`` heads in every layer, with the same number of
+    heads pruned: the benchmark's per-layer floor (``bench run --min-heads-per-layer``), applied to every method's
+    mask alike after it prunes.
+
+    In each layer left with fewer than ``floor`` heads, the pruned heads of highest ``scores`` are restored until it
+    has ``floor``; as many heads are then pruned elsewhere, the kept heads of lowest ``scores`` first, never taking a
+    layer below ``floor`` and never a head just restored. For a method that prunes the lowest scores globally, this
+    equals :func:`lowest_k_mask` with ``min_heads_per_layer=floor`` (tested). Ties, and a method without scores
+    (``None``: every score equal), go by the flat index (layer-major): the lower index is pruned first and restored
+    last.
+
+    Args:
+        mask: ``[L, H]`` 0/1 (1 keep). scores: ``[L, H]`` (higher = keep) or None. floor: heads every layer keeps.
+
+    Returns:
+        (the new float32 ``[L, H]`` mask, ``{"restored": [[layer, head], ...], "pruned_instead": [[layer, head],
+        ...]}``; both lists empty when the mask already meets the floor).
+
+    Raises:
+        ValueError: ``floor`` outside ``[0, H]``, or more heads pruned than the floor leaves room for.
+    """
+    mask = mask.detach().cpu().float().clone()
+    num_layers, num_heads = mask.shape
+    if not 0 <= floor <= num_heads:
+        raise ValueError(f"a per-layer floor of {floor} heads needs 0 <= floor <= {num_heads}")
+    pruned = int((mask == 0).sum())
+    if pruned > num_layers * (num_heads - floor):
+        raise ValueError(f"cannot keep {floor} head(s) in each of {num_layers} layers with {pruned} of "
+                         f"{num_layers * num_heads} heads pruned")
+    s = torch.zeros(num_layers, num_heads, dtype=torch.float64) if scores is None else scores.detach().cpu().double()
+    rank = {int(i): r for r, i in enumerate(torch.sort(s.flatten(), stable=True).indices.tolist())}  # low first
+    restored, instead = [], []
+    for layer in range(num_layers):
+        while int(mask[layer].sum()) < floor:
+            head = max((h for h in range(num_heads) if mask[layer, h] == 0), key=lambda h: rank[layer * num_heads + h])
+            mask[layer, head] = 1.0
+            restored.append([layer, head])
+    for flat in sorted(rank, key=rank.get):
+        if len(instead) == len(restored):
+            break
+        layer, head = divmod(flat, num_heads)
+        if mask[layer, head] == 1 and [layer, head] not in restored and int(mask[layer].sum()) > floor:
+            mask[layer, head] = 0.0
+            instead.append([layer, head])
+    return mask, {"restored": restored, "pruned_instead": instead}

@@ -402,3 +402,32 @@ def test_readme_adding_a_method_example_runs():
     exec(compile(block, "README.md", "exec"), namespace)
     result = check_pruner("value-norm", target_heads=5)
     assert result.scores is not None and result.scores.shape == (3, 4)
+
+
+def test_layer_floor_moves_heads_keeps_the_count_and_equals_a_floored_ranking():
+    """apply_layer_floor: every layer keeps the floor, the count is kept, and for a method that prunes the lowest
+    scores it equals lowest_k_mask with min_heads_per_layer (the same greedy ranking)."""
+    from methods.base import apply_layer_floor
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        scores = torch.rand(4, 5, generator=gen)
+        for k in range(17):
+            for floor in range(4):
+                if k > 4 * (5 - floor):
+                    continue
+                moved, moves = apply_layer_floor(lowest_k_mask(scores, k), scores, floor)
+                assert torch.equal(moved, lowest_k_mask(scores, k, floor))
+                assert int((moved == 0).sum()) == k and bool((moved.sum(dim=1) >= floor).all())
+                assert len(moves["restored"]) == len(moves["pruned_instead"])
+    # a known case: layer 0 emptied; scores decide which heads come back and which go instead
+    mask = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    scores = torch.tensor([[0.1, 0.9, 0.5], [0.3, 0.2, 0.8]])
+    moved, moves = apply_layer_floor(mask, scores, 1)
+    assert moved.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 1.0]]
+    assert moves == {"restored": [[0, 1]], "pruned_instead": [[1, 1]]}
+    # no scores: ties by flat index (the lowest index is pruned first and restored last)
+    assert apply_layer_floor(mask, None, 1)[0].tolist() == [[0.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
+    assert apply_layer_floor(mask, scores, 0)[1] == {"restored": [], "pruned_instead": []}
+    with pytest.raises(ValueError, match="cannot keep 2 head"):
+        apply_layer_floor(torch.zeros(2, 3), None, 2)

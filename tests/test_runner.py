@@ -309,6 +309,43 @@ def test_a_folder_of_the_first_protocol_is_refused(tmp_path, glue_dir):
 
 
 @register
+class EmptiesLayerZero(HeadPruner):
+    """Prunes every head of layer 0 (12 heads), scores rising with the head index."""
+
+    name = "test-empties-layer"
+    summary = "test only: empties layer 0"
+    needs_target = False
+    exact_budget = False
+
+    def prune(self, model, context):
+        mask = torch.ones(context.num_layers, context.num_heads)
+        mask[0] = 0
+        scores = torch.arange(context.total_heads, dtype=torch.float32).view(context.num_layers, context.num_heads)
+        return PruningResult(mask=mask, scores=scores)
+
+
+def test_a_per_layer_floor_is_applied_to_every_method_alike(tmp_path, glue_dir):
+    """--min-heads-per-layer moves any method's mask after it prunes: the same count, every layer keeps the floor,
+    the best-scored heads come back; the budget says so in the cell key; an unreachable floor is refused first."""
+    _run(tmp_path, glue_dir, methods_spec="test-empties-layer,random", tasks_spec="wnli", recover=False,
+         min_heads_per_layer=2)
+    recs = {r["method"]: r for r in RecordStore(tmp_path).records()}
+    empties, rnd = recs["test-empties-layer"], recs["random"]
+    assert empties["heads_pruned"] == 12 and empties["layers_emptied"] == 0
+    assert empties["mask"][0] == [0] * 10 + [1, 1]  # heads 10 and 11 of layer 0 scored highest there
+    assert empties["trace"]["layer_floor"] == {"min_heads": 2, "restored": [[0, 11], [0, 10]],
+                                               "pruned_instead": [[1, 0], [1, 1]]}
+    assert empties["mask"][1][:2] == [0, 0]  # the lowest-scored heads elsewhere were pruned instead
+    assert empties["budget"]["spec"] == rnd["budget"]["spec"] == "fraction:0.3/floor:2"
+    assert "|fraction:0.3/floor:2|" in rnd["cell"] and all(sum(row) >= 2 for row in rnd["mask"])
+    for bad, message in ((13, "the model has 12 heads per layer"), (9, "cannot prune 22 of 72 heads")):
+        with pytest.raises(ConfigError, match=message):
+            Runner(_config(tmp_path / "other", glue_dir, min_heads_per_layer=bad))
+    with pytest.raises(ConfigError, match="expected 0"):
+        _config(tmp_path / "other", glue_dir, min_heads_per_layer=-1)
+
+
+@register
 class OwnBudget(SelfBudgeted):
     """Like AUBER: never reads the target, so one cell per (task, seed) serves every budget of the folder."""
 
