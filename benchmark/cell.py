@@ -215,8 +215,8 @@ def condition_step(bench: SeedBench, pruned: Pruned, condition: str, counter: Co
     """The model a cell evaluates (protocol §4): for ``prune-only`` the base model; for ``prune+recover`` a copy of
     it re-fine-tuned on mini-train with the mask fixed, for ``control`` a copy re-fine-tuned without a mask; for
     ``own-fine-tuning`` the method's re-trained model (the base model when it returned none)."""
-    if condition == OWN:
-        return pruned.own_model if pruned.own_model is not None else pruned.model
+    if condition == OWN:  # (a prune step that travelled between Ray processes holds its model on the CPU)
+        return pruned.own_model.to(bench.device) if pruned.own_model is not None else pruned.model
     if condition not in (RECOVER, CONTROL):
         return pruned.model
     model = training.clone_model(pruned.model)

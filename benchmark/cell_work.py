@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from benchmark import cell, models, tasks, training
 from benchmark.cell import SeedBench, TaskData, train_splits
 from benchmark.config import ConfigError
 from benchmark.provenance import now_utc
-from benchmark.records import NO_BUDGET, ORIGINAL, OWN_BUDGET, BudgetInfo, CellKey, Cost, Record
+from benchmark.records import NO_BUDGET, ORIGINAL, OWN, OWN_BUDGET, RECOVER, BudgetInfo, CellKey, Cost, Record
 from benchmark.run_config import RunConfig
 from benchmark.run_folder import RunFolderError
 from benchmark.training import Counter
@@ -67,11 +68,25 @@ class PruneState:
             travels between processes).
         prune_s: wall seconds the prune took.
         cost: the prune's ``forward_examples`` / ``backward_examples`` (counted again by the reusing cell).
+        from_record: read back from a stored prune-only record (:meth:`of_record`): mask, scores and trace, but
+            no re-trained model, so an ``own-fine-tuning`` cell cannot reuse it.
     """
 
     result: PruningResult
     prune_s: float
     cost: dict[str, int]
+    from_record: bool = False
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> "PruneState":
+        """The prune step a stored prune-only record holds (a resumed run's ``prune+recover`` cell reuses it, so
+        it recovers exactly the stored mask instead of pruning again); its cost without the dev evaluation."""
+        r = Record.from_dict(record)
+        scores = None if r.scores is None else torch.tensor(r.scores, dtype=torch.float32)
+        result = PruningResult(mask=torch.tensor(r.mask, dtype=torch.float32), scores=scores, trace=r.trace)
+        cost = {"forward_examples": max(0, r.cost.forward_examples - int(r.splits.get("dev", 0))),
+                "backward_examples": r.cost.backward_examples}
+        return cls(result, float(r.cost.prune_wall_s), cost, from_record=True)
 
 
 @dataclass
@@ -160,7 +175,8 @@ class CellWork:
     # ------------------------------------------------------------------ one cell
 
     def run_cell(self, bench: SeedBench, method: str, condition: str, setter_record: dict[str, Any] | None,
-                 reuse: PruneState | None = None) -> tuple[Record, PruneState | None]:
+                 reuse: PruneState | None = None,
+                 stored_prune: dict[str, Any] | None = None) -> tuple[Record, PruneState | None]:
         """One cell: prune step, condition step, dev evaluation; returns the record (its ``cell`` key and
         ``base_failed`` are left to the caller) and the prune step (None for the unpruned model) for reuse.
 
@@ -168,6 +184,9 @@ class CellWork:
             setter_record: the budget setter's prune-only record of this (task, seed) as stored (``matched:``
                 budgets only; None: it has none).
             reuse: the prune step of this method's prune-only cell of the same (task, seed), or None to prune.
+            stored_prune: that prune-only cell's stored record, when this run did not compute it (a resumed run):
+                a ``prune+recover`` cell then recovers its mask (:meth:`PruneState.of_record`); an
+                ``own-fine-tuning`` cell prunes again (it needs the weights) and warns if its mask differs.
 
         Raises:
             ConfigError: the method needs a head budget and none applies.
@@ -175,12 +194,21 @@ class CellWork:
         """
         counter = Counter()
         started, t0 = now_utc(), time.time()
+        if condition == OWN and reuse is not None and reuse.from_record:
+            reuse = None  # a stored record has no re-trained weights
+        if reuse is None and stored_prune is not None and condition == RECOVER:
+            reuse = PruneState.of_record(stored_prune)
         pruned, state = self._prune_step(bench, method, counter, setter_record, reuse)
         model = cell.condition_step(bench, pruned, condition, counter)
         dev = cell.evaluate_on_dev(bench, model, cell.dev_mask(method, condition, pruned), counter)
         cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),
                     **counter.as_dict())
         record = cell.assemble_record(bench, method, condition, pruned, dev, cost, self.provenance, started, now_utc())
+        if condition == OWN and stored_prune is not None and record.mask != stored_prune.get("mask"):
+            message = (f"{method} on {bench.data.spec.name} seed {bench.seed}: pruned again for its own weights, it "
+                       f"chose another mask than its stored prune-only cell (another thread count or device?)")
+            warnings.warn(message, stacklevel=2)
+            record.trace = {**record.trace, "mask_differs_from_prune_only": True}
         return record, state
 
     def _prune_step(self, bench: SeedBench, method: str, counter: Counter, setter_record: dict[str, Any] | None,

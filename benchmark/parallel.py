@@ -140,16 +140,17 @@ def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[st
 
 
 def _cell_task(work, data, seed: int, key: str, method: str, condition: str, base, setter, original, reuse,
-               threads: int, board):
+               stored_prune, threads: int, board):
     """Ray task: one cell. ``base`` is ``(model, train_info)``; ``setter`` and ``original`` are the setter's and
     the unpruned cell's :class:`Outcome` or stored record (or None); ``reuse`` the prune step of this method's
-    prune-only cell, or None. Returns ``(Outcome, PruneState or None)``, the prune step on the CPU."""
+    prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
+    Returns ``(Outcome, PruneState or None)``, the prune step on the CPU."""
     board.start.remote(key, f"pid {os.getpid()}")
     work = _on_worker(work)
     outcome, state = Outcome(key), None
     with _Capture(outcome, threads):
         bench = work.seed_bench(data, seed, base[0].to(work.device), _tokenizer(work.cfg.model))
-        record, state = work.run_cell(bench, method, condition, _record_of(setter), reuse)
+        record, state = work.run_cell(bench, method, condition, _record_of(setter), reuse, stored_prune)
         outcome.record = work.finish(record, key, bench, _record_of(original))
     return outcome, _state_on_cpu(state)
 
@@ -343,8 +344,10 @@ class _Driver:
             if setter is not None and method not in (ORIGINAL, setter):
                 setter_input = inputs.get(setter, stored(setter))
             reuse = states.get(method) if condition in REUSES_PRUNE else None
+            stored_prune = stored(method) if condition in REUSES_PRUNE and reuse is None else None  # resumed
             out_ref, state_ref = self.cell_fn.remote(work, data_ref, seed, key, method, condition, base, setter_input,
-                                                     original, reuse, self.ex.threads_per_cell, self.board)
+                                                     original, reuse, stored_prune, self.ex.threads_per_cell,
+                                                     self.board)
             if condition == PRUNE_ONLY:
                 inputs[method], states[method] = out_ref, state_ref
             self.pending[out_ref] = _Pending("cell", task, seed, method, condition, key)

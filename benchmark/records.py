@@ -14,7 +14,8 @@ schema written so far and migrates old fields on read (committed files are never
 * schema 1: the fields of :class:`Record` without ``weights`` and ``layers_emptied``, written by the first
   protocol, under which a method that re-trains (AUBER) was evaluated in ``prune-only`` on its own weights. Read:
   such a record (``prune-only`` with ``retrained`` true) becomes the ``own-fine-tuning`` row it was (its stored
-  ``cell`` key is kept); ``weights`` follows from the condition; ``layers_emptied`` is counted from the mask.
+  ``cell`` key is kept); ``weights`` follows from the condition, except a re-training method's prune+recover cell,
+  which started from its own weights (``own+recovery``); ``layers_emptied`` is counted from the mask.
   The committed ``results/*/records.jsonl`` from before 2026-12 are schema 1.
 * schema 2 (current, protocol 2): ``weights`` and ``layers_emptied`` written; every condition but
   ``own-fine-tuning`` evaluates the shared base weights (re-fine-tuned for ``prune+recover`` / ``control``).
@@ -51,7 +52,8 @@ REUSES_PRUNE = (RECOVER, OWN)
 WEIGHTS = {PRUNE_ONLY: "base", RECOVER: "base+recovery", CONTROL: "base+recovery", OWN: "own"}
 """The weights a condition evaluates (``Record.weights``): the (task, seed)'s fine-tuned base model; that model
 re-fine-tuned by the shared recovery recipe; the method's own re-trained weights. An ``own-fine-tuning`` cell
-whose method left the weights unchanged (``retrained`` false) records ``base``."""
+whose method left the weights unchanged (``retrained`` false) records ``base``. Read from protocol-1 records only:
+``own+recovery`` (a re-training method's prune+recover cell started from its own weights) and ``unknown``."""
 NO_BUDGET = "none"
 """Budget spec of the unpruned model."""
 OWN_BUDGET = "own"
@@ -68,6 +70,21 @@ METRIC_AXIS = {"accuracy": "accuracy (%)", "matthews_correlation": "MCC × 100",
 def options_hash(method: str, options: dict[str, Any] | None) -> str:
     """The ``opts`` part of a cell key: :data:`NO_OPTIONS` for the unpruned model, else the options' hash."""
     return NO_OPTIONS if method == ORIGINAL else config_hash(options or {})
+
+
+def _protocol1_weights(d: dict[str, Any], condition: str) -> str:
+    """The weights a schema-0/1 record evaluated: under protocol 1 a method that re-trains (AUBER; Voita, DSP when
+    joint) started every condition from its own weights, so its prune+recover cell evaluated ``own+recovery``;
+    ``unknown`` when the method or its options cannot be read any more; else as the condition says."""
+    if condition != RECOVER or d.get("method") == ORIGINAL:
+        return ""  # (derived from the condition by __post_init__)
+    try:
+        import methods
+
+        own = methods.create(d["method"], **(d.get("method_options") or {})).changes_weights()
+    except Exception:  # noqa: BLE001 - an unregistered method or an option it no longer has
+        return "unknown"
+    return "own+recovery" if own else "base+recovery"
 
 
 def layers_emptied(mask: list[list[int]]) -> int:
@@ -259,7 +276,8 @@ class Record:
                                               "backward_examples") if k in cost}),
             provenance=d.get("provenance") or {}, started_at=d.get("started_at", ""),
             finished_at=d.get("finished_at", ""), base_failed=bool(d.get("base_failed", False)),
-            weights=d.get("weights", "") if schema >= 2 else "", layers_emptied=int(d.get("layers_emptied", -1)),
+            weights=d.get("weights", "") if schema >= 2 else _protocol1_weights(d, condition),
+            layers_emptied=int(d.get("layers_emptied", -1)),
             cell=d.get("cell") or str(CellKey(d["task"], int(d["seed"]), d["method"],
                                               budget.get("spec", NO_BUDGET), d["condition"], None)),
             schema=schema,

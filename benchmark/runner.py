@@ -47,7 +47,7 @@ from benchmark.cell_work import CellWork, PruneState, check_floor, floor_suffix
 from benchmark.config import ConfigError, Experiment
 from benchmark.execution import resolve_execution
 from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
-from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
+from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
 from benchmark.run_folder import check_run_json, save_base_model
 from benchmark.store import REJECTED, RecordStore, file_lock
@@ -263,7 +263,11 @@ class Runner:
         setter = self.work.setter()
         setter_record = self.store.get(self._key(spec.name, bench.seed, setter, PRUNE_ONLY)) if setter else None
         cache_key = (spec.name, bench.seed, method)
-        record, state = self.work.run_cell(bench, method, condition, setter_record, self._pruned.get(cache_key))
+        reuse = self._pruned.get(cache_key)
+        stored = None
+        if condition in REUSES_PRUNE and (reuse is None or reuse.from_record):  # resumed: prune-only was stored
+            stored = self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY))
+        record, state = self.work.run_cell(bench, method, condition, setter_record, reuse, stored)
         if state is not None:
             self._pruned = {cache_key: state}  # keep one: models are large
         return record

@@ -49,13 +49,17 @@ class RandomPruner(HeadPruner):
         gen = context.generator(salt=101)
         num_layers, num_heads = context.num_layers, context.num_heads
         mask = torch.ones(num_layers, num_heads)
+        # scores: each head's position in the drawn order (pruned first = lowest), so that a per-layer floor applied
+        # after pruning (bench run --min-heads-per-layer) continues the same random draw
+        scores = torch.zeros(num_layers, num_heads)
         if context.target_per_layer is not None and self.options["per_layer"]:
             for layer, k in enumerate(context.target_per_layer):
                 if not 0 <= k <= num_heads - self.options["min_heads_per_layer"]:
                     raise ValueError(f"layer {layer}: cannot prune {k} of {num_heads} heads")
-                chosen = torch.randperm(num_heads, generator=gen)[:k]
-                mask[layer, chosen] = 0
-            return PruningResult(mask=mask, trace={"mode": "per-layer"})
+                order = torch.randperm(num_heads, generator=gen)
+                mask[layer, order[:k]] = 0
+                scores[layer, order] = torch.arange(num_heads, dtype=torch.float32)
+            return PruningResult(mask=mask, scores=scores, trace={"mode": "per-layer"})
         # A uniformly random order of all heads; walk it and skip heads that would break the per-layer floor.
         # Without a floor this is exactly sampling K heads without replacement.
         k = int(context.target_heads)
@@ -65,7 +69,9 @@ class RandomPruner(HeadPruner):
                 f"method 'random': cannot prune {k} heads of {num_layers}x{num_heads} keeping {floor} per layer"
             )
         pruned = 0
-        for idx in torch.randperm(num_layers * num_heads, generator=gen).tolist():
+        order = torch.randperm(num_layers * num_heads, generator=gen)
+        scores.view(-1)[order] = torch.arange(num_layers * num_heads, dtype=torch.float32)
+        for idx in order.tolist():
             if pruned == k:
                 break
             layer, head = divmod(idx, num_heads)
@@ -73,4 +79,4 @@ class RandomPruner(HeadPruner):
                 continue
             mask[layer, head] = 0
             pruned += 1
-        return PruningResult(mask=mask, trace={"mode": "global"})
+        return PruningResult(mask=mask, scores=scores, trace={"mode": "global"})

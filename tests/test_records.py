@@ -51,6 +51,19 @@ def test_every_committed_record_reads_with_its_protocol_and_writes_back(path):
         assert rec.schema == 1 and rec.budget.achieved == rec.heads_pruned
 
 
+def test_a_protocol_1_recover_cell_of_a_re_training_method_started_from_its_own_weights():
+    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    old = {k: v for k, v in raw.items() if k not in ("weights", "layers_emptied")}
+    for method, options, weights in (("auber", {}, "own+recovery"), ("voita", {"joint": False}, "base+recovery"),
+                                     ("random", {}, "base+recovery"), ("gone-method", {}, "unknown"),
+                                     ("auber", {"no-such-option": 1}, "unknown")):
+        rec = Record.from_dict({**old, "schema": 1, "method": method, "method_options": options,
+                                "condition": RECOVER, "retrained": False})
+        assert rec.weights == weights, method
+    assert Record.from_dict({**old, "schema": 1, "condition": "control", "method": "original"}).weights == \
+        "base+recovery"
+
+
 def test_layers_emptied_and_weights_of_a_new_record():
     assert layers_emptied([[0, 0], [1, 0], [0, 0]]) == 2
     assert layers_emptied([[1, 1]]) == 0 and layers_emptied([]) == 0

@@ -425,6 +425,22 @@ def test_pairwise_tests_only_rows_with_equal_head_counts_with_holm_among_them(tm
     assert set(cf[(cf.kind == "pair") & ~cf.tested].count_mismatch_seeds) == {"0 1 2 3 4 5"}
 
 
+def test_a_pruned_row_that_pruned_no_head_is_not_tested_against_one_that_did(tmp_path):
+    """A method that decides its own count can prune 0 heads (AUBER, auber-null): only original and control are
+    exempt from the equal-count rule, not every row at 0."""
+    records = make_records(tasks=("rte",), seeds=tuple(range(6)),
+                           methods={"original": ["none"], "random": ["fraction:0.5"], "auber": ["own"]})
+    for r in records:
+        if r["method"] == "auber":
+            r["heads_pruned"], r["budget"]["achieved"], r["mask"] = 0, 0, [[1] * HEADS for _ in range(LAYERS)]
+    (r,) = analyse(load_runs([write_run(tmp_path / "run", records)]), n_boot=200, n_boot_examples=50)
+    random_unit = next(u for u in r.units if u.name == "random")
+    vs_auber = r.comparison(random_unit, "auber")
+    assert not vs_auber.tested and vs_auber.count_mismatch == list(range(6)) and np.isnan(vs_auber.all.p_holm)
+    assert [c.tested for c in r.pairwise] == [False]
+    assert r.comparison(random_unit, "original").tested  # the unpruned reference is always a test
+
+
 def test_the_headline_table_comes_first_with_each_rows_weights_and_the_own_fine_tuning_row(tmp_path):
     records = make_records(tasks=("mrpc",), methods={"original": ["none"], "michel": ["matched:auber"],
                                                      "auber": ["own"]}, conditions=("prune-only", "prune+recover"))

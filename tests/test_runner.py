@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import warnings
 import subprocess
 import sys
 from pathlib import Path
@@ -297,6 +298,40 @@ def test_every_mask_is_evaluated_on_the_base_weights_and_own_weights_are_a_separ
     assert set(own["predictions"]) == {0} != set(recs[("test-retrains", "prune-only")]["predictions"])
     assert own["cost"]["prune_wall_s"] == recs[("test-retrains", "prune-only")]["cost"]["prune_wall_s"]  # reused
     assert all(r["layers_emptied"] == 0 and r["schema"] == 2 for r in recs.values())
+
+
+@register
+class CountsPrunes(Retrains):
+    """:class:`Retrains`, counting its prune steps."""
+
+    name = "test-counts-prunes"
+    calls = 0
+
+    def prune(self, model, context):
+        type(self).calls += 1
+        return super().prune(model, context)
+
+
+def test_a_resumed_run_recovers_the_stored_mask_and_prunes_again_only_for_own_weights(tmp_path, glue_dir):
+    """A run that stopped after a method's prune-only cell, resumed with the default conditions: the prune+recover
+    cell recovers the stored prune-only mask without pruning again; the own-fine-tuning cell needs the method's
+    weights, so it prunes once more (the same mask here: same process, same threads, so no warning)."""
+    CountsPrunes.calls = 0
+    _run(tmp_path, glue_dir, methods_spec="test-counts-prunes", tasks_spec="wnli", recover=False)
+    assert CountsPrunes.calls == 1  # the own-fine-tuning cell reused the prune-only cell's prune step
+    records = tmp_path / "records.jsonl"
+    lines = records.read_text().splitlines()
+    records.write_text("".join(l + "\n" for l in lines if '"own-fine-tuning"' not in l))  # as if stopped there
+    CountsPrunes.calls = 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*chose another mask")  # a mask unlike the stored one warns
+        _run(tmp_path, glue_dir, methods_spec="test-counts-prunes", tasks_spec="wnli", recover=True)
+    assert CountsPrunes.calls == 1  # own-fine-tuning pruned again; prune+recover reused the stored record
+    recs = {r["condition"]: r for r in RecordStore(tmp_path).records() if r["method"] == "test-counts-prunes"}
+    assert set(recs) == {"prune-only", "prune+recover", "own-fine-tuning"}
+    assert recs["prune+recover"]["mask"] == recs["prune-only"]["mask"] == recs["own-fine-tuning"]["mask"]
+    assert recs["prune+recover"]["trace"] == recs["prune-only"]["trace"]
+    assert "mask_differs_from_prune_only" not in recs["own-fine-tuning"]["trace"]
 
 
 def test_a_folder_of_the_first_protocol_is_refused(tmp_path, glue_dir):

@@ -323,7 +323,9 @@ def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind
     a, b = a.loc[common], b.loc[common]
     bad = a.degenerate.to_numpy(dtype=bool) | b.degenerate.to_numpy(dtype=bool)
     ha, hb = a.heads_pruned.to_numpy(dtype=int), b.heads_pruned.to_numpy(dtype=int)
-    mismatch = [int(s) for s, x, y in zip(common, ha, hb) if x and y and x != y]
+    unpruned = {ORIGINAL, CONTROL_NAME}  # the references every pruned row is compared with, whatever its count
+    both_pruned = target.name not in unpruned and ref.name not in unpruned
+    mismatch = [int(s) for s, x, y in zip(common, ha, hb) if both_pruned and x != y]
     res = stats.compare_with_without(100 * a.score.to_numpy(), 100 * b.score.to_numpy(), bad, n_boot=n_boot, seed=seed)
     if mismatch:  # not a test: rows of different head counts are never compared as if equal (protocol §3)
         for which in ("all", "clean"):  # (compare_with_without's names of the two seed sets)

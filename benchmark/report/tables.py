@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark import stats
-from benchmark.records import CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, WEIGHTS
+from benchmark.records import CONTROL, CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER, WEIGHTS
 from benchmark.report.analysis import ALPHA, DEFAULT_AGAINST, VIEWS, Comparison, GroupResult, UnitStats
 from benchmark.report.crosstask import CrossTaskSummary
 from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
@@ -112,8 +112,12 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 def group_title(r: GroupResult) -> str:
     """Heading of a (task, group) table, e.g. ``MRPC (acc) — headline: prune + recover vs the fine-tuning control``
     or ``MRPC (acc) — prune-only (the mask alone)``."""
-    suffix = (" — prune-only (the mask on the base weights, no re-training)" if r.group == PRUNE_ONLY
-              else " — headline: prune + recover vs the fine-tuning control")
+    if r.group == PRUNE_ONLY:
+        suffix = " — prune-only (the mask on the base weights, no re-training)"
+    elif any(u.condition in (RECOVER, CONTROL) for u in r.units):
+        suffix = " — headline: prune + recover vs the fine-tuning control"
+    else:  # --no-recover: only the re-training methods' own weights (and the original) are in this group
+        suffix = " — the methods' own fine-tuned weights (no prune + recover run)"
     return f"{task_label(r.task)} ({METRIC_LABEL.get(r.metric, r.metric)}){suffix}"
 
 
@@ -130,7 +134,8 @@ def heads_cell(s: UnitStats, heads_total: float) -> str:
     return text
 
 
-WEIGHTS_LABEL = {"base": "base", "base+recovery": "base + recovery", "own": "own fine-tuning"}
+WEIGHTS_LABEL = {"base": "base", "base+recovery": "base + recovery", "own": "own fine-tuning",
+                 "own+recovery": "own fine-tuning + recovery (protocol 1)"}
 """How a table names the weights a row evaluates (``Record.weights``)."""
 
 
