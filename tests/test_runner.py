@@ -106,7 +106,7 @@ def test_rerun_does_no_new_work(smoke_run, glue_dir, monkeypatch):
 
 
 def test_changed_configuration_is_refused(smoke_run, glue_dir):
-    with pytest.raises(ConfigError, match=r"different configuration(.|\n)*max_train_examples: 64 -> 2000"):
+    with pytest.raises(ConfigError, match=r"different configuration(.|\n)*max_train_examples: 64 -> 0"):
         Runner(_config(smoke_run, glue_dir, preset="quick"))
 
 
