@@ -12,7 +12,9 @@ Ray's fractional GPUs) are free:
 * a ``prune+recover`` or ``own-fine-tuning`` cell after its method's prune-only cell, whose prune step it reuses;
   the ``control`` after the base model.
 
-Base models travel through Ray's object store, so workers never read or write the run folder: this process (the
+Base models travel through Ray's object store, packed as :class:`~benchmark.transport.ModelParcel` (rebuilt by their
+class where they arrive: a model unpickled in a process that never constructed its class has no attention outputs),
+so workers never read or write the run folder: this process (the
 driver) is the only writer of ``records.jsonl``, ``failures.jsonl`` and ``DIR/base/``, appending each record as
 its cell returns (a driver killed at any moment loses only the cells still running; a rerun computes exactly
 those). A cell whose method raises returns the error, which goes to ``failures.jsonl``; a worker that dies fails
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.records import ORIGINAL, PRUNE_ONLY, REUSES_PRUNE, Record
+from benchmark.transport import ModelParcel, unpack
 
 log = logging.getLogger("benchmark")
 
@@ -136,7 +139,7 @@ def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[st
     torch.set_num_threads(threads)
     work = _on_worker(work)
     model, info = work.train_base(data, seed, _tokenizer(work.cfg.model))
-    return model.cpu(), info
+    return ModelParcel.pack(model), info
 
 
 def _cell_task(work, data, seed: int, key: str, method: str, condition: str, base, setter, original, reuse,
@@ -144,13 +147,13 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     """Ray task: one cell. ``base`` is ``(model, train_info)``; ``setter`` and ``original`` are the setter's and
     the unpruned cell's :class:`Outcome` or stored record (or None); ``reuse`` the prune step of this method's
     prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
-    Returns ``(Outcome, PruneState or None)``, the prune step on the CPU."""
+    Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed."""
     board.start.remote(key, f"pid {os.getpid()}")
     work = _on_worker(work)
     outcome, state = Outcome(key), None
     with _Capture(outcome, threads):
-        bench = work.seed_bench(data, seed, base[0].to(work.device), _tokenizer(work.cfg.model))
-        record, state = work.run_cell(bench, method, condition, _record_of(setter), reuse, stored_prune)
+        bench = work.seed_bench(data, seed, unpack(base[0]).to(work.device), _tokenizer(work.cfg.model))
+        record, state = work.run_cell(bench, method, condition, _record_of(setter), _unpacked(reuse), stored_prune)
         outcome.record = work.finish(record, key, bench, _record_of(original))
     return outcome, _state_on_cpu(state)
 
@@ -161,14 +164,22 @@ def _record_of(value) -> dict[str, Any] | None:
 
 
 def _state_on_cpu(state):
-    """A prune step ready to travel: its mask, scores and re-trained model on the CPU."""
+    """A prune step ready to travel: its mask and scores on the CPU, its re-trained model packed
+    (:class:`~benchmark.transport.ModelParcel`)."""
     if state is None:
         return None
     result = state.result
     moved = dataclasses.replace(result, mask=result.mask.cpu(),
                                 scores=None if result.scores is None else result.scores.cpu(),
-                                model=None if result.model is None else result.model.cpu())
+                                model=ModelParcel.pack(result.model))
     return dataclasses.replace(state, result=moved)
+
+
+def _unpacked(state):
+    """A prune step that travelled (:func:`_state_on_cpu`), with its re-trained model rebuilt; None unchanged."""
+    if state is None or not isinstance(state.result.model, ModelParcel):
+        return state
+    return dataclasses.replace(state, result=dataclasses.replace(state.result, model=state.result.model.unpack()))
 
 
 class _StatusBoard:
@@ -318,7 +329,7 @@ class _Driver:
             import torch
 
             cpu_work = dataclasses.replace(self.work, device=torch.device("cpu"))
-            return self.ray.put((cpu_work.load_base(folder), None))
+            return self.ray.put((ModelParcel.pack(cpu_work.load_base(folder)), None))
         ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
         self.pending[ref] = _Pending("base", spec.name, seed, key=f"base|{spec.name}|{seed}")
         return ref
@@ -391,7 +402,8 @@ class _Driver:
         if isinstance(value, Outcome):
             log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)
             return
-        self.runner.save_base(pending.task, pending.seed, *value)
+        model, info = value
+        self.runner.save_base(pending.task, pending.seed, unpack(model), info)
 
     def _show_status(self) -> None:
         """The bar's text: what each worker runs now."""
