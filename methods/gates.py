@@ -101,18 +101,25 @@ class EarlyStopping:
     dict); it asks the loop to stop after ``patience`` evaluations in a row without improvement. :meth:`restore`
     puts the best state back.
 
+    With ``eligible`` (a predicate on ``evaluate``'s values, e.g. Voita's "the gates are nearly binary"), only an
+    eligible evaluation can stop the loop or count towards ``patience``, and the first eligible state replaces any
+    ineligible best; until one is seen, the best ineligible state is kept (so :meth:`restore` always has one).
+
     Attributes:
         history: the evaluations, in order.
-        best_objective: the lowest objective seen (``inf`` before any evaluation); ``best_step``: its step.
+        best_objective: the objective of the kept state (``inf`` before any evaluation); ``best_step``: its step;
+        best_eligible: whether the kept state is eligible (always True without ``eligible``, once one is kept).
         best_state: ``{"gates": tensor, "model": state dict or None}``, ``None`` until an evaluation ran.
     """
 
     def __init__(self, work: nn.Module, gates: torch.Tensor, evaluate: Callable[[GateStep], dict[str, float]], *,
-                 every: int, total_steps: int, patience: int, keep_model: bool) -> None:
-        self.work, self.gates, self.evaluate = work, gates, evaluate
+                 every: int, total_steps: int, patience: int, keep_model: bool,
+                 eligible: Callable[[dict[str, float]], bool] | None = None) -> None:
+        self.work, self.gates, self.evaluate, self.eligible = work, gates, evaluate, eligible
         self.every, self.total_steps, self.patience, self.keep_model = every, total_steps, patience, keep_model
         self.history: list[dict[str, float]] = []
         self.best_objective, self.best_state, self.best_step, self.bad = math.inf, None, 0, 0
+        self.best_eligible = False
 
     def __call__(self, info: GateStep) -> bool:
         if info.step % self.every != 0 and info.step != self.total_steps:
@@ -120,13 +127,21 @@ class EarlyStopping:
         values = self.evaluate(info)
         self.history.append({"step": info.step, "train_ce": round(info.ce.item(), 6),
                              **{k: round(v, 6) for k, v in values.items()}})
-        if values["objective"] < self.best_objective:
-            self.best_objective, self.bad, self.best_step = values["objective"], 0, info.step
-            model = {k: v.detach().clone() for k, v in self.work.state_dict().items()} if self.keep_model else None
-            self.best_state = {"gates": self.gates.detach().clone(), "model": model}
+        better = values["objective"] < self.best_objective
+        if self.eligible is not None and not self.eligible(values):
+            if not self.best_eligible and better:
+                self._keep(values["objective"], info.step, eligible=False)
+            return False  # an ineligible state never stops the loop
+        if better or (self.best_state is not None and not self.best_eligible):
+            self._keep(values["objective"], info.step, eligible=True)
             return False
         self.bad += 1
         return self.bad >= self.patience
+
+    def _keep(self, objective: float, step: int, *, eligible: bool) -> None:
+        self.best_objective, self.best_step, self.best_eligible, self.bad = objective, step, eligible, 0
+        model = {k: v.detach().clone() for k, v in self.work.state_dict().items()} if self.keep_model else None
+        self.best_state = {"gates": self.gates.detach().clone(), "model": model}
 
     def restore(self) -> None:
         """Copy the best state back into the gates (and the model with ``keep_model``); nothing without an

@@ -69,7 +69,11 @@ gates included (HF Trainer). ``log_a`` starts xavier-uniform as in the port (``U
 ``[1, H, 1, 1]`` tensor, so gates start about half open). Early stopping (Voita trains to convergence, stopped by hand): every ``1/evals_per_epoch`` epoch the
 regularised objective (mean cross-entropy on ``mini_dev`` with deterministic gates + lambda * R) is computed; the
 best state is kept and training stops after ``patience`` evaluations without improvement. The objective, rather
-than accuracy, is the criterion because accuracy alone would always prefer the least pruned state.
+than accuracy, is the criterion because accuracy alone would always prefer the least pruned state. Voita et al.
+train until the gates are (nearly) binary; so only a state whose gates are nearly binary (at most ``binary_share``
+of them fractional, [OURS: the 5% default]) may stop a run or be kept over another such state; a run that ends
+without one keeps its best state, and its trace says ``nearly_binary: false`` with a warning to raise ``epochs``
+(the step budget, not the criterion, then decided).
 
 Step budget [OURS, a diagnostic]: Adam moves ``log_a`` by about ``gate_lr`` per step whatever lambda is, so a short
 run can leave gates unable to reach the selection's cutoff (the pitfall "gates that never close if the training
@@ -155,7 +159,8 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
 
     Returns:
         ``{"log_a": [L, H] float32 CPU, "model": the trained copy (eval mode; hooks removed), "steps": int,
-        "stopped_early": bool, "best_objective": float | None, "history": [...], and from :func:`_reach`
+        "stopped_early": bool, "nearly_binary": bool (the kept gates meet ``binary_share``), "best_objective":
+        float | None, "history": [...] (each evaluation also counts ``fractional`` gates), and from :func:`_reach`
         "planned_steps", "kept_step", "max_travel", "travel", "cutoff", "closable"}``.
 
     Raises:
@@ -175,11 +180,15 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
                         order_offset=100_000 * salt)
 
     def evaluate(info: GateStep) -> dict[str, float]:
-        closed = int((deterministic_gates(log_a.detach(), opts["gamma"], opts["zeta"]) == 0).sum())
-        return {"closed": closed, **dev_objective(work, context, info.heads, log_a, lam, opts)}
+        gates = deterministic_gates(log_a.detach(), opts["gamma"], opts["zeta"])
+        closed, fractional = int((gates == 0).sum()), int(((gates > 0) & (gates < 1)).sum())
+        return {"closed": closed, "fractional": fractional,
+                **dev_objective(work, context, info.heads, log_a, lam, opts)}
 
+    allowed = math.floor(opts["binary_share"] * num_layers * num_heads + 1e-9)
     stopper = EarlyStopping(work, log_a, evaluate, every=max(1, steps_per_epoch // max(1, opts["evals_per_epoch"])),
-                            total_steps=total, patience=opts["patience"], keep_model=opts["joint"])
+                            total_steps=total, patience=opts["patience"], keep_model=opts["joint"],
+                            eligible=lambda values: values["fractional"] <= allowed)
 
     def sample(step: int) -> torch.Tensor:
         return sample_gates(log_a, gen, opts["beta"], opts["gamma"], opts["zeta"], opts["eps"])
@@ -194,8 +203,10 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
                             on_step=stopper if opts["early_stopping"] else None)
     stopper.restore()
     kept = stopper.best_step if stopper.best_state is not None else run.steps
+    final = deterministic_gates(log_a.detach(), opts["gamma"], opts["zeta"])
+    nearly_binary = int(((final > 0) & (final < 1)).sum()) <= allowed
     return {"log_a": log_a.detach().cpu().float(), "model": work, "steps": run.steps,
-            "stopped_early": run.stopped_early,
+            "stopped_early": run.stopped_early, "nearly_binary": nearly_binary,
             "best_objective": None if stopper.best_state is None else round(stopper.best_objective, 6),
             "history": stopper.history, **_reach(init, opts, total, kept)}
 
@@ -234,6 +245,9 @@ class VoitaPruner(HeadPruner):
         max_steps (int, 0): cap on optimiser steps per run (0 = none), to size CPU runs.
         batch_size (int, 32).
         early_stopping (bool, True), evals_per_epoch (int, 2), patience (int, 2): on the mini_dev objective.
+        binary_share (float, 0.05): gates count as nearly binary when at most this share of them is fractional
+            (deterministic gate strictly between 0 and 1); early stopping waits for that, and keeps the best such
+            state (module docstring, "Training"). 1.0: stop on the objective alone.
         selection (str, "closed"): "closed", "threshold" or "topk".
         search_runs (int, 6): maximum runs of the lambda search (target given, selection closed/threshold).
         search_factor (float, 10.0): lambda multiplier while K is not bracketed.
@@ -259,14 +273,15 @@ class VoitaPruner(HeadPruner):
                    "weight_decay": Interval(0, None), "max_grad_norm": Interval(0, None),
                    "epochs": Interval(0, None, closed="neither"), "max_steps": Interval(0, None),
                    "batch_size": Interval(1, None), "evals_per_epoch": Interval(1, None), "patience": Interval(1, None),
-                   "search_runs": Interval(1, None), "search_factor": Interval(1, None, closed="neither")}
+                   "search_runs": Interval(1, None), "search_factor": Interval(1, None, closed="neither"),
+                   "binary_share": Interval(0, 1)}
     summary = ("Voita et al. 2019: hard-concrete L0 head gates trained on mini-train; prune the closed gates "
                "(lambda search, or top-K, for a budget)")
     defaults = {"l0_lambda": 0.0015, "penalty_reduction": "sum", "beta": 0.33, "gamma": -0.1, "zeta": 1.1,
                 "eps": 1e-6, "joint": True, "gate_lr": 0.1, "lr": 2e-5, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "linear_decay": True, "epochs": 3.0, "max_steps": 0, "batch_size": 32, "early_stopping": True,
                 "evals_per_epoch": 2, "patience": 2, "selection": "closed", "search_runs": 6,
-                "search_factor": 10.0, "exact": True, "fold_gates": True}
+                "search_factor": 10.0, "exact": True, "fold_gates": True, "binary_share": 0.05}
     exact_budget = False  # with exact=False the lambda search may end near K (exact=True, the default, hits K)
     needs_target = False
 
@@ -313,7 +328,8 @@ class VoitaPruner(HeadPruner):
                  "lambda": best["lambda"], "runs": runs, **self.reach_report(best, context, target),
                  **gate_counts(gates, best["mask"]),
                  "deterministic_gates": [[round(float(v), 6) for v in row] for row in gates],
-                 "log_a": [[round(float(v), 6) for v in row] for row in best["log_a"]]}
+                 "log_a": [[round(float(v), 6) for v in row] for row in best["log_a"]],
+                 **self.binary_report(gates, best, context)}
         retrained = bool(opts["joint"])
         model_out = best["model"] if retrained else None
         if model_out is not None and opts["fold_gates"]:
@@ -338,8 +354,8 @@ class VoitaPruner(HeadPruner):
         res["pruned"] = int((res["mask"] == 0).sum())
         res["lambda"] = lam
         context.log(f"voita: lambda={lam:g} -> {res['pruned']} heads pruned after {res['steps']} steps")
-        runs.append({key: res[key] for key in ("lambda", "pruned", "steps", "stopped_early", "best_objective",
-                                               "history")})
+        runs.append({key: res[key] for key in ("lambda", "pruned", "steps", "stopped_early", "nearly_binary",
+                                               "best_objective", "history")})
         return res
 
     def lambda_search(self, model: nn.Module, context: PruningContext, target: int,
@@ -376,6 +392,20 @@ class VoitaPruner(HeadPruner):
                 lam = math.sqrt(lo * hi)
         reached = "exact" if best["pruned"] == target else f"nearest (off by {best['pruned'] - target:+d})"
         return best, f"lambda search over {len(runs)} run(s): {reached} at lambda={best['lambda']:g}"
+
+    def binary_report(self, gates: torch.Tensor, best: dict[str, Any], context: PruningContext) -> dict[str, Any]:
+        """``nearly_binary`` of the kept run (option ``binary_share``) and, when False, ``binary_warning`` (logged and
+        raised as a ``UserWarning``): how many gates are still fractional, and that ``epochs`` should grow."""
+        if best.get("nearly_binary", True):
+            return {"nearly_binary": True}
+        fractional = int(((gates > 0) & (gates < 1)).sum())
+        message = (f"voita: the kept gates are not nearly binary: {fractional} of {gates.numel()} are fractional "
+                   f"after {best['steps']} steps (binary_share={self.options['binary_share']:g} allows "
+                   f"{math.floor(self.options['binary_share'] * gates.numel() + 1e-9)}); Voita et al. train until "
+                   f"the gates are binary: raise the option epochs")
+        context.log(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+        return {"nearly_binary": False, "binary_warning": message}
 
     def reach_report(self, best: dict[str, Any], context: PruningContext, target: int | None) -> dict[str, Any]:
         """The kept run's step-budget diagnostic (module docstring, "Step budget" [OURS]): ``planned_steps``,

@@ -503,3 +503,63 @@ def test_redundancy_is_labelled_a_reconstruction_and_checks_its_inputs():
         methods.create("redundancy", **FAST_REDUNDANCY).prune(model, ctx)
     result = methods.create("redundancy", model_source="finetuned", cache=False, **FAST_REDUNDANCY).prune(model, ctx)
     assert result.heads_pruned == 3
+
+
+def _stopper_run(objectives, fractional, allowed, patience=2):
+    """Feed EarlyStopping one evaluation per step; returns (stopper, the step that asked to stop or None)."""
+    from methods.gates import EarlyStopping, GateStep
+
+    gates = torch.zeros(1, 2)
+    values = iter(zip(objectives, fractional))
+
+    def evaluate(info):
+        objective, frac = next(values)
+        gates.fill_(info.step)  # the kept gates tell which step was kept
+        return {"objective": objective, "fractional": frac}
+
+    eligible = None if allowed is None else (lambda v: v["fractional"] <= allowed)
+    stopper = EarlyStopping(torch.nn.Linear(1, 1), gates, evaluate, every=1, total_steps=len(objectives),
+                            patience=patience, keep_model=False, eligible=eligible)
+    for step in range(1, len(objectives) + 1):
+        if stopper(GateStep(step, torch.tensor(0.0), torch.tensor(0.0), None)):
+            return stopper, step
+    return stopper, None
+
+
+def test_early_stopping_waits_for_nearly_binary_gates_and_keeps_the_best_such_state():
+    objectives = [0.5, 0.6, 0.7, 0.8, 0.9, 0.85, 0.95, 1.0]
+    fractional = [9, 9, 9, 9, 1, 0, 2, 0]
+    # without a criterion: best at step 1, stop after 2 evaluations without improvement
+    plain, stop = _stopper_run(objectives, fractional, None)
+    assert stop == 3 and plain.best_step == 1 and plain.best_eligible
+    # with "at most 2 fractional": steps 1-4 cannot stop it; step 5 replaces the ineligible best though worse,
+    # step 6 improves on it, steps 7 and 8 do not: stop at 8, keep step 6
+    binary, stop = _stopper_run(objectives, fractional, 2)
+    assert stop == 8 and binary.best_step == 6 and binary.best_eligible and binary.best_objective == 0.85
+    binary.restore()
+    assert binary.gates.eq(6).all()
+    assert [h["fractional"] for h in binary.history] == fractional
+    # never eligible: runs to the end and keeps the best ineligible state
+    never, stop = _stopper_run(objectives, fractional, -1)
+    assert stop is None and never.best_step == 1 and not never.best_eligible
+
+
+def test_voita_says_whether_its_kept_gates_are_nearly_binary(trained_tiny):
+    model, ctx = trained_tiny
+    with pytest.warns(UserWarning, match="not nearly binary"):
+        short = methods.create("voita", max_steps=2, gate_lr=0.05, early_stopping=False).prune(model, ctx)
+    fractional = int(((torch.tensor(short.trace["deterministic_gates"]) > 0)
+                      & (torch.tensor(short.trace["deterministic_gates"]) < 1)).sum())
+    assert short.trace["nearly_binary"] is False and f"{fractional} of 12 are fractional" in short.trace[
+        "binary_warning"] and fractional > 0 and "raise the option epochs" in short.trace["binary_warning"]
+    assert short.trace["runs"][0]["nearly_binary"] is False
+    assert all("fractional" in h for h in short.trace["runs"][0]["history"])
+    # binary_share=1 accepts any gates; a long run at a large lambda closes every gate, so they are binary
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lax = methods.create("voita", max_steps=2, gate_lr=0.05, early_stopping=False, binary_share=1.0)
+        assert lax.prune(model, ctx).trace["nearly_binary"] is True
+        closed = methods.create("voita", max_steps=40, epochs=100.0, gate_lr=0.5, l0_lambda=10.0,
+                                linear_decay=False).prune(model, ctx)
+    assert closed.trace["nearly_binary"] is True and "binary_warning" not in closed.trace
+    assert closed.heads_pruned == 12
