@@ -24,6 +24,7 @@ removal; save/load; parameter counts). Every public name is importable from ``me
 from methods.heads.layout import (BertLayout, UnsupportedArchitectureError, get_layout, mask_from_pruned_heads,
                                   pruned_heads_from_mask)
 from methods.heads.masking import HeadMask, apply_head_mask
+from methods.heads.export import export_pruned
 from methods.heads.removal import (EmptySelfAttention, closed_form_parameter_count, count_parameters, load_pruned,
                                    remove_heads, save_pruned, scale_value_heads, zero_value_heads)
 
@@ -39,6 +40,7 @@ __all__ = [
     "EmptySelfAttention",
     "save_pruned",
     "load_pruned",
+    "export_pruned",
     "count_parameters",
     "closed_form_parameter_count",
     "mask_from_pruned_heads",
