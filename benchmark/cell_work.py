@@ -198,9 +198,8 @@ class CellWork:
             reuse = None  # a stored record has no re-trained weights
         if reuse is None and stored_prune is not None and condition == RECOVER:
             reuse = PruneState.of_record(stored_prune)
-        pruned, state = self._prune_step(bench, method, counter, setter_record, reuse)
-        model = cell.condition_step(bench, pruned, condition, counter)
-        dev = cell.evaluate_on_dev(bench, model, cell.dev_mask(method, condition, pruned), counter)
+        pruned, state, model, mask = self.cell_model(bench, method, condition, counter, setter_record, reuse)
+        dev = cell.evaluate_on_dev(bench, model, mask, counter)
         cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),
                     **counter.as_dict())
         record = cell.assemble_record(bench, method, condition, pruned, dev, cost, self.provenance, started, now_utc())
@@ -210,6 +209,22 @@ class CellWork:
             warnings.warn(message, stacklevel=2)
             record.trace = {**record.trace, "mask_differs_from_prune_only": True}
         return record, state
+
+    def cell_model(self, bench: SeedBench, method: str, condition: str, counter: Counter,
+                   setter_record: dict[str, Any] | None, reuse: PruneState | None
+                   ) -> tuple[cell.Pruned, PruneState | None, torch.nn.Module, torch.Tensor | None]:
+        """The model a cell evaluates: its prune step (``reuse``'d when given), then the condition's step
+        (recovery, the control's fine-tune, or the method's own weights).
+
+        Returns:
+            ``(pruned, prune state or None, the model, the [L, H] head mask its dev evaluation applies or None)``.
+
+        Raises:
+            ConfigError / RuntimeError: as :meth:`run_cell`.
+        """
+        pruned, state = self._prune_step(bench, method, counter, setter_record, reuse)
+        model = cell.condition_step(bench, pruned, condition, counter)
+        return pruned, state, model, cell.dev_mask(method, condition, pruned)
 
     def _prune_step(self, bench: SeedBench, method: str, counter: Counter, setter_record: dict[str, Any] | None,
                     reuse: PruneState | None) -> tuple[cell.Pruned, PruneState | None]:

@@ -1,4 +1,4 @@
-"""The ``bench`` command line: ``bench run``, ``bench list``, ``bench report``."""
+"""The ``bench`` command line: ``bench run``, ``bench list``, ``bench report``, ``bench export``."""
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +15,7 @@ import click
 import methods
 from benchmark import tasks
 from benchmark.config import PRECISIONS, PRESETS, ConfigError
+from benchmark.records import CONDITIONS
 
 log = logging.getLogger("benchmark")
 
@@ -204,6 +205,41 @@ def report_cmd(folders, against, formats, plots, out) -> None:
             build_report(list(folders), against=against, formats=formats, plots=plots, out=out)
     except (OSError, ValueError) as exc:  # a missing folder, or a report folder that cannot be written
         raise click.ClickException(str(exc)) from exc
+
+
+@main.command("export")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--task", required=True, help="GLUE task of the cell (mrpc, cola, rte, wnli).")
+@click.option("--seed", required=True, type=int, help="Seed of the cell.")
+@click.option("--method", required=True, help="Method of the cell ('original' for the unpruned model).")
+@click.option("--condition", default="prune+recover", show_default=True, type=click.Choice(list(CONDITIONS)),
+              help="Which of the cell's models: the base weights (prune-only), recovered, control, or own.")
+@click.option("--budget", default=None, help="The cell's budget spec, when the folder holds several (e.g. "
+              "fraction:0.3, own, matched:auber).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The folder to write.")
+@click.option("--data-dir", default=None, type=click.Path(), help="GLUE folder. Default: $GLUE_DIR, else the hub.")
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (the run's device "
+              "type: run.json must accept it).")
+def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, device) -> None:
+    """Export the model of one cell, heads physically removed, as a Hugging Face folder that loads with
+    AutoModelForSequenceClassification.from_pretrained(OUT, trust_remote_code=True), without this package.
+
+    The model is computed again from the folder's cached base model (recovery and a method's own fine-tuning
+    run again; prune-only needs no training); export_info.json says whether its dev predictions equal the
+    record's."""
+    from benchmark.export import export_cell
+
+    try:
+        with plain_warnings():
+            info = export_cell(run_dir, task=task, seed=seed, method=method, condition=condition, out=out,
+                               budget=budget, data_dir=data_dir, device=device)
+    except (ConfigError, tasks.DataError, methods.UnknownMethodError, methods.OptionError, ValueError,
+            OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    same = ("equal to the record's" if not info.predictions_differ else
+            f"{info.predictions_differ} of {info.dev_examples} differ from the record's")
+    click.echo(f"exported {info.cell} -> {info.folder}: heads per layer {info.heads_per_layer} "
+               f"({info.heads_pruned} of {info.heads_total} pruned); dev predictions {same}")
 
 
 if __name__ == "__main__":  # pragma: no cover

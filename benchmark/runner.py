@@ -119,6 +119,7 @@ class Runner:
                              method_classes={m: methods.get_method_class(m) for m in self.method_names},
                              device=self.device)
         self.failures: list[dict[str, Any]] = []
+        self.tokenizer = None  # loaded by the first task_data()
         # the last prune step, reused by the prune+recover cell of the same (task, seed, method)
         self._pruned: dict[tuple[str, int, str], PruneState] = {}
 
@@ -200,7 +201,6 @@ class Runner:
         log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
                  self.execution.summary())
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
-        self.tokenizer = None
         try:
             if self.execution.parallel:
                 from benchmark.parallel import run_on_ray

@@ -146,3 +146,74 @@ def test_export_leaves_the_model_untouched_and_refuses_other_architectures(tmp_p
         export_pruned(distil, torch.ones(2, 2), tmp_path / "distil")
     with pytest.raises(ValueError, match="binary"):
         export_pruned(model, torch.full((2, 4), 0.5), tmp_path / "half")
+
+
+# ------------------------------------------------------------------ bench export on a run folder
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, glue_dir):
+    """A smoke run with recovery: WNLI seed 0, original, random and voita (whose own weights differ)."""
+    from smoke_runs import run_smoke
+
+    out = tmp_path_factory.mktemp("run")
+    run_smoke(out, glue_dir, methods_spec="random,voita", recover=True)
+    return out
+
+
+def _records(folder: Path) -> dict[tuple[str, str], dict]:
+    rows = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+    return {(r["method"], r["condition"]): r for r in rows}
+
+
+@pytest.mark.parametrize("method,condition", [("random", "prune+recover"), ("random", "prune-only"),
+                                              ("voita", "own-fine-tuning"), ("original", "control")])
+def test_bench_export_writes_the_model_the_cell_evaluated(smoke_run, glue_dir, tmp_path, method, condition):
+    from click.testing import CliRunner
+
+    from benchmark import training
+    from benchmark.cli import main
+    from benchmark.runner import Runner
+    from benchmark.tasks import get_task
+    from smoke_runs import smoke_config
+
+    out = tmp_path / "export"
+    result = CliRunner().invoke(main, ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--method", method,
+                                       "--condition", condition, "--device", "cpu", "--data-dir", str(glue_dir),
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    record = _records(smoke_run)[(method, condition)]
+    info = json.loads((out / "export_info.json").read_text())
+    assert info["cell"] == record["cell"] and info["predictions_differ"] == 0, info
+    assert info["heads_per_layer"] == [sum(row) for row in record["mask"]]
+    # the folder alone (no mask) predicts what the record says the cell predicted, example by example
+    loaded = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
+    assert [layer.attention.self.num_attention_heads for layer in loaded.bert.encoder.layer] == info["heads_per_layer"]
+    runner = Runner(smoke_config(smoke_run, glue_dir, methods_spec="random,voita", recover=True))
+    try:
+        data = runner.task_data(get_task("wnli"))
+        _, predictions = training.evaluate(loaded, data.dev, data.spec, runner.tokenizer, torch.device("cpu"))
+    finally:
+        runner.close()
+    assert predictions.tolist() == record["predictions"]
+
+
+def test_bench_export_names_what_the_folder_holds_and_a_missing_base_model(smoke_run, glue_dir, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from benchmark.cli import main
+
+    args = ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--device", "cpu", "--data-dir", str(glue_dir),
+            "--out", str(tmp_path / "x")]
+    missing = CliRunner().invoke(main, args + ["--method", "random", "--condition", "own-fine-tuning"])
+    assert missing.exit_code != 0
+    assert "no record of random on wnli seed 0 with condition own-fine-tuning" in missing.output
+    assert "--condition prune+recover --budget fraction:0.3" in missing.output
+    copy_dir = tmp_path / "copy"
+    shutil.copytree(smoke_run, copy_dir, ignore=shutil.ignore_patterns("base"))
+    args[1] = str(copy_dir)
+    no_base = CliRunner().invoke(main, args + ["--method", "random", "--condition", "prune-only"])
+    assert no_base.exit_code != 0 and "the cached base model is missing" in no_base.output
+    assert not (tmp_path / "x").exists()
