@@ -1,8 +1,10 @@
-"""The ``bench`` command line: ``bench run``, ``bench list``, ``bench report``, ``bench export``."""
+"""The ``bench`` command line: ``bench run``, ``bench list``, ``bench report``, ``bench export``,
+``bench speed``."""
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import sys
 import time
@@ -240,6 +242,61 @@ def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, de
             f"{info.predictions_differ} of {info.dev_examples} differ from the record's")
     click.echo(f"exported {info.cell} -> {info.folder}: heads per layer {info.heads_per_layer} "
                f"({info.heads_pruned} of {info.heads_total} pruned); dev predictions {same}")
+
+
+def _int_list(option: str, text: str) -> list[int]:
+    """``"1,32,128"`` as ints >= 1; a ClickException naming ``option`` otherwise."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise click.ClickException(f"{option} {text!r}: expected comma-separated whole numbers >= 1")
+    return values
+
+
+@main.command("speed")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--batches", default="1,32,128", show_default=True, help="Batch sizes (1: latency).")
+@click.option("--lengths", default="64,128,512", show_default=True, help="Sequence lengths (tokens).")
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N")
+@click.option("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads). Default: torch's.")
+@click.option("--min-run-time", type=float, default=1.0, show_default=True,
+              help="Seconds of timed blocks per measurement (torch.utils.benchmark).")
+@click.option("--per-mask/--per-count", default=False, show_default=True,
+              help="Time every distinct mask of the run, or one mask per head count.")
+def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask) -> None:
+    """Latency and throughput of the run's dense, masked and physically pruned models, beside the speed-up the
+    removed FLOPs imply; appended to RUN_DIR/speed.jsonl, which `bench report` tables and plots."""
+    import torch
+
+    from benchmark import models, speed
+    from benchmark.records import Record
+    from benchmark.store import read_jsonl
+
+    shapes = [(b, t) for b in _int_list("--batches", batches) for t in _int_list("--lengths", lengths)]
+    if threads is not None:
+        if threads < 1:
+            raise click.ClickException(f"--threads {threads}: expected >= 1")
+        torch.set_num_threads(threads)
+    if min_run_time <= 0:
+        raise click.ClickException(f"--min-run-time {min_run_time:g}: expected seconds > 0")
+    folder = Path(run_dir)
+    try:
+        run = json.loads((folder / "run.json").read_text())["experiment"]
+        records = [Record.from_dict(d) for d in read_jsonl(folder / "records.jsonl")]
+        dev = models.resolve_device(device)
+        model = models.load_classifier(run["model"], num_labels=2).eval()
+    except (OSError, KeyError, ValueError, ConfigError) as exc:
+        raise click.ClickException(f"{folder}: {exc}") from exc
+    if max(t for _, t in shapes) > model.config.max_position_embeddings:
+        raise click.ClickException(f"--lengths: the model takes at most {model.config.max_position_embeddings} "
+                                   f"tokens")
+    profiles = list(speed.head_profiles(records, per_mask))
+    click.echo(f"bench speed {folder}: {run['model']} on {dev} ({speed.machine_name(dev)}, "
+               f"{torch.get_num_threads()} threads); {len(profiles)} head profile(s), {len(shapes)} shape(s)")
+    rows = speed.measure(model, profiles, shapes, dev, min_run_time, progress=click.echo)
+    click.echo(f"{len(rows)} timings appended to {speed.write_rows(folder, rows)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

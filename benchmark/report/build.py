@@ -7,11 +7,11 @@ from typing import Sequence
 import click
 
 from benchmark.records import CONTROL_NAME, ORIGINAL
-from benchmark.report import cells, document, tables
+from benchmark.report import cells, document, speed, tables
 from benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
 from benchmark.report.crosstask import cross_task_summary
 from benchmark.report.load import RunData, load_runs, warn
-from benchmark.report.plots import make_plots
+from benchmark.report.plots import make_plots, palette
 
 FORMATS = ("md", "csv", "tex")
 
@@ -98,12 +98,19 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     results = analyse(data, against="all" if "all" in references else references, n_boot=n_boot,
                       n_boot_examples=n_boot_examples, seed=seed)
     frames = compute_frames(data, results, out_dir / "plots" if plots else None)
-    text = document.markdown(data, results, frames)
+    rows = speed.speed_rows(data)
+    profiles, speed_cells = speed.profile_frame(rows), speed.cell_frame(data, rows)
+    if plots and not speed_cells.empty:
+        frames.plots += speed.plot_score_vs_speedup(speed_cells, out_dir / "plots", palette(data)[0])
+    text = document.markdown(data, results, frames, speed.speed_section(profiles))
 
     if "md" in fmts:
         (out_dir / "report.md").write_text(text, encoding="utf-8")
     if "csv" in fmts:
         write_csv(out_dir, results, frames)
+        if rows:
+            profiles.to_csv(out_dir / "speed.csv", index=False)
+            speed_cells.to_csv(out_dir / "speed_cells.csv", index=False)
     if "tex" in fmts:
         (out_dir / "tables.tex").write_text(document.latex(results, frames), encoding="utf-8")
     if echo:

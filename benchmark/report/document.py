@@ -159,12 +159,12 @@ def plots_section(paths: list[Path]) -> list[str]:
     return ["## Plots\n", *(f"![{p.stem}](plots/{p.name})" for p in paths if p.suffix == ".png"), ""]
 
 
-def markdown(data: RunData, results: list[GroupResult], frames: Frames) -> str:
-    """The whole ``report.md``."""
+def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: list[str] | None = None) -> str:
+    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`benchmark.report.speed`), if any."""
     md = header_section(data, results) + task_sections(results) + option_sets_section(frames.option_sets)
     if results:
         md += summary_sections(frames, results)
-    md += missing_section(frames.missing, bool(data.planned)) + plots_section(frames.plots)
+    md += (speed or []) + missing_section(frames.missing, bool(data.planned)) + plots_section(frames.plots)
     return "\n".join(md) + "\n"
 
 

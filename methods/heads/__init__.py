@@ -18,12 +18,15 @@ Notation for shapes: L layers, H heads per layer (original), d head size, B batc
 
 Modules: :mod:`methods.heads.layout` (errors, the layout adapter, mask <-> ``pruned_heads`` helpers),
 :mod:`methods.heads.masking` (masking hooks), :mod:`methods.heads.removal` (in-place weight edits: zeroing,
-removal; save/load; parameter counts). Every public name is importable from ``methods.heads``.
+removal; save/load; parameter counts), :mod:`methods.heads.cost` (matmul FLOPs per example),
+:mod:`methods.heads.export` (a folder stock transformers loads, through
+:mod:`methods.heads.modeling_pruned_bert`). Every public name is importable from ``methods.heads``.
 """
 
 from methods.heads.layout import (BertLayout, UnsupportedArchitectureError, get_layout, mask_from_pruned_heads,
                                   pruned_heads_from_mask)
 from methods.heads.masking import HeadMask, apply_head_mask
+from methods.heads.cost import Flops, forward_flops, heads_kept
 from methods.heads.export import export_pruned
 from methods.heads.removal import (EmptySelfAttention, closed_form_parameter_count, count_parameters, load_pruned,
                                    remove_heads, save_pruned, scale_value_heads, zero_value_heads)
@@ -41,6 +44,9 @@ __all__ = [
     "save_pruned",
     "load_pruned",
     "export_pruned",
+    "Flops",
+    "forward_flops",
+    "heads_kept",
     "count_parameters",
     "closed_form_parameter_count",
     "mask_from_pruned_heads",

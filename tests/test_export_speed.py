@@ -1,4 +1,5 @@
-"""Exported pruned models (issue 14): a folder that stock transformers loads without this package.
+"""Exported pruned models and what they cost (issue 14): a folder that stock transformers loads without this package,
+its FLOPs (checked against torch's flop counter), and ``bench speed``'s timings in the report.
 
 Each exported folder is loaded in a fresh Python process in which ``methods`` and ``benchmark`` cannot be imported
 (``sys.modules[name] = None``), with ``AutoModelForSequenceClassification.from_pretrained(folder,
@@ -17,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from transformers import (AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertForSequenceClassification,
@@ -217,3 +219,127 @@ def test_bench_export_names_what_the_folder_holds_and_a_missing_base_model(smoke
     no_base = CliRunner().invoke(main, args + ["--method", "random", "--condition", "prune-only"])
     assert no_base.exit_code != 0 and "the cached base model is missing" in no_base.output
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------ FLOPs and parameters
+
+
+def _counted_flops(model, seq_len: int) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ids = torch.randint(1, model.config.vocab_size, (2, seq_len), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=ids)
+    return counter.get_total_flops() // 2  # per example
+
+
+@pytest.mark.parametrize("seq_len", [1, 7, 33])
+def test_closed_form_flops_equal_torch_flop_counter_dense_and_pruned(seq_len):
+    from methods.heads import closed_form_parameter_count, count_parameters, forward_flops, remove_heads
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=64, num_labels=3)
+    model = BertForSequenceClassification(config).eval()
+    model.set_attn_implementation("eager")  # FlopCounterMode does not count the CPU's fused SDPA kernel
+    mask = _mask(3, 4)
+    dense = forward_flops(config, seq_len)
+    assert _counted_flops(model, seq_len) == dense.total
+    with apply_head_mask(model, mask):  # a masked model computes every head
+        assert _counted_flops(model, seq_len) == dense.total
+    pruned_model = remove_heads(copy.deepcopy(model), mask)
+    pruned = forward_flops(config, seq_len, mask)
+    assert _counted_flops(pruned_model, seq_len) == pruned.total
+    assert forward_flops(pruned_model.config, seq_len) == pruned  # config.pruned_heads counts the same
+    assert pruned.feed_forward == dense.feed_forward and pruned.head == dense.head
+    kept = int(mask.sum())
+    assert pruned.attention * 12 == dense.attention * kept  # attention FLOPs are proportional to the heads kept
+    assert count_parameters(pruned_model) == closed_form_parameter_count(config, mask)
+
+
+def test_flops_refuse_a_bad_length_or_mask():
+    from methods.heads import forward_flops
+
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+    with pytest.raises(ValueError, match="seq_len"):
+        forward_flops(config, 0)
+    with pytest.raises(ValueError, match=r"expected \[L, H\]=\[2, 4\]"):
+        forward_flops(config, 8, torch.ones(3, 4))
+
+
+# ------------------------------------------------------------------ speed
+
+
+def test_head_profiles_group_cells_per_count_or_per_mask():
+    from benchmark.records import Record
+    from benchmark.speed import head_profiles
+    from test_report import make_records
+
+    rows = make_records(tasks=("mrpc",), seeds=(0,), methods={"original": ["none"], "random": ["fraction:0.25"]})
+    base = Record.from_dict(next(r for r in rows if r["method"] == "random"))
+    a = [[1, 1, 0], [0, 1, 1]]
+    b = [[0, 1, 1], [1, 1, 0]]  # same count (2 pruned) and profile (2, 2)
+    c = [[1, 0, 0], [1, 1, 1]]  # same count, profile (1, 3)
+    recs = []
+    for name, mask in (("x", a), ("y", b), ("z", c)):
+        r = Record.from_dict({**base.to_dict(), "cell": f"mrpc|seed=0|{name}", "mask": mask, "heads_pruned": 2})
+        recs.append(r)
+    recs.append(Record.from_dict({**base.to_dict(), "cell": "mrpc|seed=0|orig", "mask": [[1] * 3] * 2,
+                                  "heads_pruned": 0}))
+    assert head_profiles(recs) == {(2, 2): ["mrpc|seed=0|x", "mrpc|seed=0|y", "mrpc|seed=0|z"]}
+    assert head_profiles(recs, per_mask=True) == {(2, 2): ["mrpc|seed=0|x", "mrpc|seed=0|y"],
+                                                  (1, 3): ["mrpc|seed=0|z"]}
+
+
+def test_measure_times_each_model_and_shape_with_the_flops_speedup():
+    from benchmark.speed import DENSE, MASKED, PRUNED, measure
+    from methods.heads import forward_flops
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=1100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=64, num_labels=2)
+    model = BertForSequenceClassification(config).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = measure(model, [(2, 0, 4), (4, 4, 1)], [(1, 8), (3, 16)], torch.device("cpu"), min_run_time=0.01)
+    assert [(r.kind, sum(r.heads_per_layer), r.batch, r.seq_len) for r in rows] == [
+        (kind, heads, b, t) for b, t in [(1, 8), (3, 16)]
+        for kind, heads in ((DENSE, 12), (MASKED, 6), (PRUNED, 6), (PRUNED, 9))]
+    for r in rows:
+        dense = forward_flops(config, r.seq_len).total * r.batch
+        assert r.median_s > 0 and r.blocks >= 1 and r.iqr_s >= 0
+        if r.kind == PRUNED:
+            mask = torch.tensor([[1.0] * k + [0.0] * (4 - k) for k in r.heads_per_layer])
+            assert r.flops == forward_flops(config, r.seq_len, mask).total * r.batch
+            assert r.implied_speedup == pytest.approx(dense / r.flops) and r.implied_speedup > 1
+        else:
+            assert r.flops == dense and r.implied_speedup == 1.0
+        if r.kind == DENSE:
+            assert r.measured_speedup == 1.0
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # the model is not modified
+
+
+def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from benchmark.cli import main
+    from benchmark.report import build_report
+
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("base"))
+    result = CliRunner().invoke(main, ["speed", str(folder), "--batches", "1", "--lengths", "8,16", "--device", "cpu",
+                                       "--min-run-time", "0.02"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (folder / "speed.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * 3  # two lengths x (dense, masked, one pruned profile: every cell pruned 22 heads)
+    out = build_report([folder], echo=False)
+    assert "## Speed (speed.jsonl" in (out / "report.md").read_text()
+    cells = pd.read_csv(out / "speed_cells.csv")
+    pruned = [r for r in _records(folder).values() if r["heads_pruned"] > 0]
+    assert len(cells) == 2 * len(pruned) and set(cells["profile"]) == {"own", "same count"}
+    assert (out / "plots" / "score_vs_speedup.png").exists()
+    for bad, message in ((["--lengths", "0"], "--lengths '0'"), (["--lengths", "600"], "at most 512 tokens"),
+                         (["--batches", "a"], "--batches 'a'")):
+        refused = CliRunner().invoke(main, ["speed", str(folder), "--device", "cpu", *bad])
+        assert refused.exit_code != 0 and message in refused.output, refused.output
