@@ -265,7 +265,9 @@ def _int_list(option: str, text: str) -> list[int]:
               help="Seconds of timed blocks per measurement (torch.utils.benchmark).")
 @click.option("--per-mask/--per-count", default=False, show_default=True,
               help="Time every distinct mask of the run, or one mask per head count.")
-def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask) -> None:
+@click.option("--heads-pruned", "counts", default=None,
+              help="Only the cells that pruned these many heads, e.g. 22,36 (default: every count in the run).")
+def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask, counts) -> None:
     """Latency and throughput of the run's dense, masked and physically pruned models, beside the speed-up the
     removed FLOPs imply; appended to RUN_DIR/speed.jsonl, which `bench report` tables and plots."""
     import torch
@@ -292,6 +294,13 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask
     if max(t for _, t in shapes) > model.config.max_position_embeddings:
         raise click.ClickException(f"--lengths: the model takes at most {model.config.max_position_embeddings} "
                                    f"tokens")
+    if counts is not None:
+        wanted = set(_int_list("--heads-pruned", counts))
+        held = {r.heads_pruned for r in records}
+        if wanted - held:
+            raise click.ClickException(f"--heads-pruned {counts}: no cell pruned {sorted(wanted - held)} heads "
+                                       f"(the run holds {sorted(held - {0})})")
+        records = [r for r in records if r.heads_pruned in wanted]
     profiles = list(speed.head_profiles(records, per_mask))
     click.echo(f"bench speed {folder}: {run['model']} on {dev} ({speed.machine_name(dev)}, "
                f"{torch.get_num_threads()} threads); {len(profiles)} head profile(s), {len(shapes)} shape(s)")

@@ -340,6 +340,6 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     assert len(cells) == 2 * len(pruned) and set(cells["profile"]) == {"own", "same count"}
     assert (out / "plots" / "score_vs_speedup.png").exists()
     for bad, message in ((["--lengths", "0"], "--lengths '0'"), (["--lengths", "600"], "at most 512 tokens"),
-                         (["--batches", "a"], "--batches 'a'")):
+                         (["--batches", "a"], "--batches 'a'"), (["--heads-pruned", "5"], "no cell pruned [5] heads")):
         refused = CliRunner().invoke(main, ["speed", str(folder), "--device", "cpu", *bad])
         assert refused.exit_code != 0 and message in refused.output, refused.output
