@@ -262,12 +262,14 @@ def _int_list(option: str, text: str) -> list[int]:
 @click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N")
 @click.option("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads). Default: torch's.")
 @click.option("--min-run-time", type=float, default=1.0, show_default=True,
-              help="Seconds of timed blocks per measurement (torch.utils.benchmark).")
+              help="About the seconds of timed calls per model and shape (at least one call per round).")
+@click.option("--rounds", type=int, default=5, show_default=True,
+              help="Rounds; each times every model of a shape once, in turn (paired speed-ups).")
 @click.option("--per-mask/--per-count", default=False, show_default=True,
               help="Time every distinct mask of the run, or one mask per head count.")
 @click.option("--heads-pruned", "counts", default=None,
               help="Only the cells that pruned these many heads, e.g. 22,36 (default: every count in the run).")
-def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask, counts) -> None:
+def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, rounds, per_mask, counts) -> None:
     """Latency and throughput of the run's dense, masked and physically pruned models, beside the speed-up the
     removed FLOPs imply; appended to RUN_DIR/speed.jsonl, which `bench report` tables and plots."""
     import torch
@@ -283,6 +285,8 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask
         torch.set_num_threads(threads)
     if min_run_time <= 0:
         raise click.ClickException(f"--min-run-time {min_run_time:g}: expected seconds > 0")
+    if rounds < 1:
+        raise click.ClickException(f"--rounds {rounds}: expected >= 1")
     folder = Path(run_dir)
     try:
         run = json.loads((folder / "run.json").read_text())["experiment"]
@@ -304,7 +308,7 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, per_mask
     profiles = list(speed.head_profiles(records, per_mask))
     click.echo(f"bench speed {folder}: {run['model']} on {dev} ({speed.machine_name(dev)}, "
                f"{torch.get_num_threads()} threads); {len(profiles)} head profile(s), {len(shapes)} shape(s)")
-    rows = speed.measure(model, profiles, shapes, dev, min_run_time, progress=click.echo)
+    rows = speed.measure(model, profiles, shapes, dev, min_run_time, progress=click.echo, rounds=rounds)
     click.echo(f"{len(rows)} timings appended to {speed.write_rows(folder, rows)}")
 
 

@@ -4,13 +4,15 @@ pruned model, beside the speed-up the removed FLOPs imply.
 For each shape (batch B, sequence length T) the dense model (the run's model, every head), the masked model (the
 same with a head mask: every head is still computed) and the physically pruned model of each head profile
 (:func:`methods.heads.remove_heads`) run a forward pass on random token ids without padding, timed with
-``torch.utils.benchmark.Timer.blocked_autorange`` (warm-up call first; median and interquartile range of the
-blocks, seconds per forward pass). Weights do not change the time, so a profile is a cell's heads per layer; by
+``torch.utils.benchmark.Timer`` in interleaved rounds (:func:`time_rounds`: warm-up first; each round times every
+model of the shape once, so a machine whose speed drifts slows them alike); seconds per forward pass as the median
+and interquartile range over the rounds, and the speed-up as the median over rounds of the paired ratio
+dense / model. Weights do not change the time, so a profile is a cell's heads per layer; by
 default one profile per distinct head count (the first cell's, in key order), since FLOPs, and to first order the
 time, depend on the count alone (``per_mask=True`` times every distinct mask).
 
 The implied speed-up is ``FLOPs(dense) / FLOPs(model)`` (:func:`methods.heads.forward_flops`, matmul FLOPs; 1 for
-the masked model); the measured one is ``median(dense) / median(model)``. Their gap is what the FLOPs do not
+the masked model); the measured one is the median paired ratio above. Their gap is what the FLOPs do not
 see: element-wise work, memory traffic, kernel efficiency of narrower matrices, and the feed-forward blocks that
 head pruning leaves untouched (they dominate at short sequences).
 
@@ -45,9 +47,10 @@ class SpeedRow:
         kind: ``dense``, ``masked`` or ``pruned``. heads_per_layer: the heads the model computes per layer (the
             masked model: the heads its mask keeps, though it computes all of them).
         batch, seq_len: the input shape. device, threads, dtype: where and how it ran.
-        median_s, iqr_s: seconds per forward pass (median and interquartile range over the timed blocks).
-        blocks: timed blocks. flops: matmul FLOPs per forward pass (the whole batch).
-        implied_speedup: FLOPs(dense) / flops. measured_speedup: median(dense) / median_s.
+        median_s, iqr_s: seconds per forward pass (median and interquartile range over the rounds).
+        blocks: rounds timed. flops: matmul FLOPs per forward pass (the whole batch).
+        implied_speedup: FLOPs(dense) / flops. measured_speedup: median over rounds of time(dense) / time(model),
+            each pair from the same round.
         machine: CPU or GPU name. torch: its version. measured_at: UTC time.
     """
 
@@ -96,16 +99,43 @@ def head_profiles(records: list[Record], per_mask: bool = False) -> dict[tuple[i
     return out
 
 
-def time_forward(run: Callable[[], Any], min_run_time: float, device: torch.device) -> tuple[float, float, int]:
-    """(median, IQR, blocks) of ``run()`` in seconds, after one warm-up call (``blocked_autorange``)."""
+ROUNDS = 5
+"""Default number of rounds: each round times every model of a shape once, in turn."""
+
+
+def time_rounds(runs: list[Callable[[], Any]], rounds: int, min_run_time: float,
+                device: torch.device) -> list[list[float]]:
+    """Seconds per call of each of ``runs`` in each round (``[len(runs)][rounds]``).
+
+    Each run is warmed up and timed once to choose its calls per block (a block lasts about ``min_run_time /
+    rounds``, at least one call); then every round times each run once, in turn, so a drift of the machine's
+    speed (other load, a shared or throttled CPU, clock changes) hits every model alike and the paired ratios
+    stay fair (``torch.utils.benchmark.Timer``; it synchronises CUDA).
+    """
     from torch.utils import benchmark
 
+    timers, numbers = [], []
     with torch.no_grad():
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        m = benchmark.Timer(stmt="run()", globals={"run": run}).blocked_autorange(min_run_time=min_run_time)
-    return float(m.median), float(m.iqr), len(m.times)
+        for run in runs:
+            run()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            timer = benchmark.Timer(stmt="run()", globals={"run": run})
+            once = timer.timeit(1).median
+            timers.append(timer)
+            numbers.append(max(1, int(min_run_time / rounds / once)))
+        times: list[list[float]] = [[] for _ in runs]
+        for _ in range(rounds):
+            for i, timer in enumerate(timers):
+                times[i].append(float(timer.timeit(numbers[i]).median))
+    return times
+
+
+def _median_iqr(values: list[float]) -> tuple[float, float]:
+    import numpy as np
+
+    q1, median, q3 = np.percentile(values, [25, 50, 75])
+    return float(median), float(q3 - q1)
 
 
 def _mask_of(profile: tuple[int, ...], heads: int) -> torch.Tensor:
@@ -117,8 +147,8 @@ def _mask_of(profile: tuple[int, ...], heads: int) -> torch.Tensor:
 
 
 def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: list[tuple[int, int]],
-            device: torch.device, min_run_time: float, progress: Callable[[str], None] = lambda s: None
-            ) -> list[SpeedRow]:
+            device: torch.device, min_run_time: float, progress: Callable[[str], None] = lambda s: None,
+            rounds: int = ROUNDS) -> list[SpeedRow]:
     """Time the dense model, the masked model (the first profile's mask) and each profile's pruned model at every
     (batch, seq_len) shape (module docstring).
 
@@ -126,7 +156,8 @@ def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: lis
         model: a BERT classifier (fp32), in eval mode; not modified.
         profiles: heads kept per layer, one tuple per pruned model.
         shapes: (batch, seq_len) pairs.
-        device: where to run. min_run_time: seconds of timed blocks per measurement.
+        device: where to run. min_run_time: about the seconds of timed calls per model and shape (at least
+            one call per round). rounds: rounds of :func:`time_rounds`.
         progress: called with a line per measurement.
     """
     config = model.config
@@ -152,13 +183,13 @@ def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: lis
         for p, m in pruned.items():
             runs.append((PRUNED, p, lambda m=m: m(**inputs), forward_flops(config, seq_len, _mask_of(p, heads)).total
                          * batch))
-        base = None
-        for kind, profile, run, flops in runs:
-            median, iqr, blocks = time_forward(run, min_run_time, device)
-            base = median if kind == DENSE else base
+        times = time_rounds([run for _, _, run, _ in runs], rounds, min_run_time, device)
+        for (kind, profile, _, flops), own in zip(runs, times):
+            median, iqr = _median_iqr(own)
+            speedup = _median_iqr([d / t for d, t in zip(times[0], own)])[0]  # paired by round
             row = SpeedRow(kind=kind, heads_per_layer=list(profile), batch=batch, seq_len=seq_len, median_s=median,
-                           iqr_s=iqr, blocks=blocks, flops=flops, implied_speedup=dense_flops / flops,
-                           measured_speedup=base / median, measured_at=now_utc(), **common)
+                           iqr_s=iqr, blocks=rounds, flops=flops, implied_speedup=dense_flops / flops,
+                           measured_speedup=speedup, measured_at=now_utc(), **common)
             rows.append(row)
             progress(f"{kind:6s} heads {sum(profile):3d} batch {batch:3d} T {seq_len:3d}: median "
                      f"{median * 1e3:9.2f} ms (IQR {iqr * 1e3:.2f}); speed-up measured {row.measured_speedup:.3f}, "
