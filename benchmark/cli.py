@@ -222,7 +222,9 @@ def report_cmd(folders, against, formats, plots, out) -> None:
 @click.option("--data-dir", default=None, type=click.Path(), help="GLUE folder. Default: $GLUE_DIR, else the hub.")
 @click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (the run's device "
               "type: run.json must accept it).")
-def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, device) -> None:
+@click.option("--onnx", is_flag=True, help="Also OUT/model.onnx (dynamic batch and length), checked with onnxruntime "
+              "against torch (needs the 'onnx' extra).")
+def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, device, onnx) -> None:
     """Export the model of one cell, heads physically removed, as a Hugging Face folder that loads with
     AutoModelForSequenceClassification.from_pretrained(OUT, trust_remote_code=True), without this package.
 
@@ -234,7 +236,7 @@ def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, de
     try:
         with plain_warnings():
             info = export_cell(run_dir, task=task, seed=seed, method=method, condition=condition, out=out,
-                               budget=budget, data_dir=data_dir, device=device)
+                               budget=budget, data_dir=data_dir, device=device, onnx=onnx)
     except (ConfigError, tasks.DataError, methods.UnknownMethodError, methods.OptionError, ValueError,
             OSError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -242,6 +244,9 @@ def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, de
             f"{info.predictions_differ} of {info.dev_examples} differ from the record's")
     click.echo(f"exported {info.cell} -> {info.folder}: heads per layer {info.heads_per_layer} "
                f"({info.heads_pruned} of {info.heads_total} pruned); dev predictions {same}")
+    if info.onnx:
+        click.echo(f"ONNX: {info.folder}/{info.onnx['file']}; onnxruntime vs torch on a dev batch "
+                   f"{info.onnx['batch']}: max |logit difference| {info.onnx['max_abs_diff']:.2g}")
 
 
 def _int_list(option: str, text: str) -> list[int]:

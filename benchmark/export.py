@@ -18,10 +18,12 @@ the record's (another thread count or device can change a fine-tune's last bits,
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -48,6 +50,8 @@ class ExportInfo:
         record_metrics / metrics: the record's dev metrics and the recomputed model's (fractions).
         predictions_differ: dev examples whose recomputed prediction differs from the record's (0: reproduced).
         dev_examples: size of the dev split. exported_at: UTC time.
+        onnx: with ``--onnx``, the graph's file name and ``max_abs_diff``, the largest difference between
+            onnxruntime's logits and the exported folder's (torch) on the first dev batch, with its shape.
     """
 
     cell: str
@@ -61,6 +65,7 @@ class ExportInfo:
     predictions_differ: int
     dev_examples: int
     exported_at: str
+    onnx: dict[str, Any] | None = None
 
 
 def find_record(records: list[Record], task: str, seed: int, method: str, condition: str,
@@ -121,15 +126,20 @@ def rebuild_config(run_dir: Path, record: Record, setter: Record | None, label: 
 
 
 def export_cell(run_dir, *, task: str, seed: int, method: str, condition: str, out, budget: str | None = None,
-                data_dir: str | None = None, device: str = "auto") -> ExportInfo:
-    """Compute the model of one cell again and export it physically pruned to ``out`` (module docstring).
+                data_dir: str | None = None, device: str = "auto", onnx: bool = False) -> ExportInfo:
+    """Compute the model of one cell again and export it physically pruned to ``out`` (module docstring); with
+    ``onnx``, also ``out/model.onnx`` (:func:`onnx_check`).
 
     Raises:
         ConfigError: no such record; a configuration that ``run.json`` refuses or that gives another cell key;
-            the cached base model is missing.
+            the cached base model is missing; ``onnx`` without onnx, onnxscript and onnxruntime installed.
     """
     from benchmark.runner import Runner
 
+    if onnx:
+        missing = [m for m in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(f"--onnx needs {', '.join(missing)}: pip install 'headprune-bench[onnx]'")
     run_dir = Path(run_dir)
     records = [Record.from_dict(d) for d in read_jsonl(run_dir / "records.jsonl")]
     record = find_record(records, task, seed, method, condition, budget)
@@ -141,12 +151,12 @@ def export_cell(run_dir, *, task: str, seed: int, method: str, condition: str, o
             setter = find_record(records, task, seed, name, PRUNE_ONLY, None)
     runner = Runner(rebuild_config(run_dir, record, setter, label, data_dir, device))
     try:
-        return _export(runner, record, setter, Path(out))
+        return _export(runner, record, setter, Path(out), onnx)
     finally:
         runner.close()
 
 
-def _export(runner, record: Record, setter: Record | None, out: Path) -> ExportInfo:
+def _export(runner, record: Record, setter: Record | None, out: Path, onnx: bool) -> ExportInfo:
     """:func:`export_cell` once the runner is built."""
     work = runner.work
     key = work.key(record.task, record.seed, record.method, record.condition)
@@ -171,6 +181,31 @@ def _export(runner, record: Record, setter: Record | None, out: Path) -> ExportI
                       heads_per_layer=[int(row.sum()) for row in recorded], heads_pruned=record.heads_pruned,
                       heads_total=record.heads_total, record_metrics=record.metrics, metrics=dev.metrics,
                       predictions_differ=int(sum(a != b for a, b in zip(dev.predictions.tolist(), record.predictions))),
-                      dev_examples=len(record.predictions), exported_at=now_utc())
+                      dev_examples=len(record.predictions), exported_at=now_utc(),
+                      onnx=onnx_check(out, bench) if onnx else None)
     (out / "export_info.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
     return info
+
+
+def onnx_check(folder: Path, bench) -> dict[str, Any]:
+    """Export ``folder``'s model (loaded as a user loads it, ``trust_remote_code=True``) to ``folder/model.onnx``
+    (:func:`methods.heads.export_onnx`) and compare onnxruntime's logits with torch's on the first dev batch
+    (32 examples, padded as the runner pads them)."""
+    import numpy as np
+    import onnxruntime
+    from transformers import AutoModelForSequenceClassification
+
+    from benchmark.training import iterate
+    from methods.heads import export_onnx
+    from methods.heads.export import ONNX_INPUTS
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).float().eval()
+    batch = next(iter(iterate(bench.data.dev, bench.tokenizer, 32, torch.device("cpu"))))
+    inputs = {name: batch[name] if name in batch else torch.zeros_like(batch["input_ids"]) for name in ONNX_INPUTS}
+    path = export_onnx(model, folder / "model.onnx", inputs)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ours = session.run(["logits"], {k: v.numpy() for k, v in inputs.items()})[0]
+    with torch.no_grad():
+        reference = model(**inputs).logits.numpy()
+    return {"file": path.name, "max_abs_diff": float(np.abs(ours - reference).max()),
+            "batch": list(inputs["input_ids"].shape)}

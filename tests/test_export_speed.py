@@ -345,3 +345,36 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
                          (["--rounds", "0"], "--rounds 0")):
         refused = CliRunner().invoke(main, ["speed", str(folder), "--device", "cpu", *bad])
         assert refused.exit_code != 0 and message in refused.output, refused.output
+
+
+def test_bench_export_onnx_agrees_with_torch_at_other_shapes(smoke_run, glue_dir, tmp_path):
+    """The ONNX graph of an exported folder, at a batch and length other than the traced ones: onnxruntime's
+    logits equal torch's within float32 rounding (both run float32 kernels of their own; the logits' scale is
+    taken from the classifier head, tests/tolerances.py)."""
+    ort = pytest.importorskip("onnxruntime")
+    from click.testing import CliRunner
+
+    from benchmark.cli import main
+    from tolerances import float32_tolerance, logit_scale
+
+    out = tmp_path / "export"
+    result = CliRunner().invoke(main, ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--method", "random",
+                                       "--condition", "prune-only", "--device", "cpu", "--data-dir", str(glue_dir),
+                                       "--out", str(out), "--onnx"])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "export_info.json").read_text())
+    assert info["onnx"]["file"] == "model.onnx" and "ONNX:" in result.output
+    model = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    enc = tokenizer(["A short one.", "The trophy does not fit into the suitcase because it is too large."],
+                    ["It is.", "The suitcase is too small."], padding=True, return_tensors="pt")
+    assert enc["input_ids"].shape[0] == 2 and enc["input_ids"].shape[1] != info["onnx"]["batch"][1]
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    onnx_logits = torch.from_numpy(session.run(["logits"], {k: v.numpy() for k, v in enc.items()})[0])
+    with torch.no_grad():
+        out_torch = model(**enc, output_hidden_states=True)
+    terms = bert_path_terms(model.config, enc["input_ids"].shape[1])
+    scale = logit_scale(model, float(out_torch.hidden_states[-1].abs().max()))
+    assert_within(onnx_logits, out_torch.logits, float32_tolerance(out_torch.logits, terms, scale=scale), "onnx")
+    assert info["onnx"]["max_abs_diff"] <= float32_tolerance(out_torch.logits, bert_path_terms(
+        model.config, info["onnx"]["batch"][1]), scale=scale)

@@ -105,10 +105,11 @@ def plot_score_vs_speedup(cells: pd.DataFrame, folder: Path, colors: dict[str, s
                     color=col, mfc=col if condition == "prune-only" else "white", label=f"{method}, {condition}")
         ax.axvline(1.0, color="black", linewidth=0.5)
         ax.set_title(task.upper())
-        ax.set_xlabel(f"measured speed-up (batch {int(latency['batch'].iloc[0])}, "
-                      f"T {int(latency['seq_len'].iloc[0])})")
+        ax.set_xlabel("measured speed-up")
         ax.set_ylabel("score")
         ax.grid(linewidth=0.3, alpha=0.6)
+    fig.suptitle(f"Score against the latency speed-up measured for each cell's heads (batch "
+                 f"{int(latency['batch'].iloc[0])}, {int(latency['seq_len'].iloc[0])} tokens)", fontsize=8)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, fontsize=6)

@@ -27,7 +27,7 @@ from methods.heads.layout import (BertLayout, UnsupportedArchitectureError, get_
                                   pruned_heads_from_mask)
 from methods.heads.masking import HeadMask, apply_head_mask
 from methods.heads.cost import Flops, forward_flops, heads_kept
-from methods.heads.export import export_pruned
+from methods.heads.export import export_onnx, export_pruned
 from methods.heads.removal import (EmptySelfAttention, closed_form_parameter_count, count_parameters, load_pruned,
                                    remove_heads, save_pruned, scale_value_heads, zero_value_heads)
 
@@ -44,6 +44,7 @@ __all__ = [
     "save_pruned",
     "load_pruned",
     "export_pruned",
+    "export_onnx",
     "Flops",
     "forward_flops",
     "heads_kept",

@@ -49,3 +49,42 @@ def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) 
     save_pruned(work, folder, tokenizer)
     shutil.copyfile(Path(__file__).with_name(REMOTE_FILE), folder / REMOTE_FILE)
     return folder
+
+
+class _LogitsOnly(nn.Module):
+    """``(input_ids, attention_mask, token_type_ids) -> logits``: the signature of the ONNX graph."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+
+ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def export_onnx(model: nn.Module, path, example: dict[str, torch.Tensor]) -> Path:
+    """Write ``model`` (e.g. loaded from an :func:`export_pruned` folder) as an ONNX graph with the inputs
+    :data:`ONNX_INPUTS` (each ``[batch, sequence]`` int64, both dimensions dynamic; ``token_type_ids`` is 0 for
+    the first sentence and 1 for the second, as the tokenizer returns them) and the output ``logits``
+    (``[batch, num_labels]``), through ``torch.onnx.export(..., dynamo=True)``.
+
+    Args:
+        model: a sequence classifier, fp32, on the CPU.
+        path: the ``.onnx`` file to write.
+        example: the three inputs of one batch (traced; other shapes work afterwards).
+
+    Raises:
+        ImportError: ``onnx`` / ``onnxscript`` are not installed (the ``onnx`` extra).
+        KeyError: ``example`` lacks one of the inputs.
+    """
+    path = Path(path)
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in ONNX_INPUTS}
+    args = tuple(example[name].cpu() for name in ONNX_INPUTS)
+    with torch.no_grad():
+        torch.onnx.export(_LogitsOnly(model.eval()), args, str(path), input_names=list(ONNX_INPUTS),
+                          output_names=["logits"], dynamic_shapes=dynamic, dynamo=True, verbose=False)
+    return path
