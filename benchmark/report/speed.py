@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from benchmark.report.load import RunData
 from benchmark.report.units import task_key
@@ -46,7 +47,8 @@ def profile_frame(rows: list[SpeedRow]) -> pd.DataFrame:
 
 
 def cell_frame(data: RunData, rows: list[SpeedRow]) -> pd.DataFrame:
-    """Every pruned cell with the timing of its profile at every timed shape: task, method, condition, seed,
+    """Every pruned cell with the timing of its profile at every timed shape: cell key, task, method, condition,
+    budget, seed,
     heads_pruned, score (fraction), device, threads, batch, seq_len, implied and measured speed-up, profile
     (``own`` or ``same count``)."""
     pruned = [r for r in rows if r.kind == PRUNED]
@@ -62,7 +64,8 @@ def cell_frame(data: RunData, rows: list[SpeedRow]) -> pd.DataFrame:
             if not match:
                 continue
             device, threads, batch, seq_len = shape
-            out.append({"task": rec.task, "method": rec.method, "condition": rec.condition, "seed": rec.seed,
+            out.append({"cell": rec.cell, "task": rec.task, "method": rec.method, "condition": rec.condition,
+                        "budget": rec.budget.spec, "seed": rec.seed,
                         "heads_pruned": rec.heads_pruned, "score": rec.score, "device": device, "threads": threads,
                         "batch": batch, "seq_len": seq_len, "implied_speedup": match[0].implied_speedup,
                         "measured_speedup": match[0].measured_speedup,
@@ -70,16 +73,66 @@ def cell_frame(data: RunData, rows: list[SpeedRow]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def speed_section(profiles: pd.DataFrame) -> list[str]:
-    """Markdown: the timing table (nothing without timings)."""
+def reference_shape(cells: pd.DataFrame) -> tuple[int, int]:
+    """(batch, seq_len) of the latency the rows are compared at: the smallest batch, the longest length timed."""
+    smallest = cells[cells["batch"] == cells["batch"].min()]
+    return int(smallest["batch"].iloc[0]), int(smallest["seq_len"].max())
+
+
+def _model_config(data: RunData):
+    """The run's model config (``run.json``), or None when it cannot be read (a hub model offline)."""
+    import json
+
+    from benchmark import models
+
+    try:
+        name = json.loads((data.folders[0] / "run.json").read_text())["experiment"]["model"]
+        return models.check_architecture(name)
+    except Exception:  # noqa: BLE001 - the cost columns are left out, the rest of the report stands
+        return None
+
+
+def row_cost_frame(data: RunData, cells: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, method, condition, budget): mean score (%), mean heads pruned, the cells' mean parameters and matmul
+    GFLOPs per example at the reference length (:func:`reference_shape`; physically pruned), and the mean implied
+    and measured latency speed-up there. Empty without timings."""
+    if cells.empty:
+        return pd.DataFrame()
+    from methods.heads import closed_form_parameter_count, forward_flops
+
+    batch, seq_len = reference_shape(cells)
+    at = cells[(cells["batch"] == batch) & (cells["seq_len"] == seq_len)]
+    config = _model_config(data)
+    masks = {r.cell: r.mask for r in data.records}
+    rows = []
+    for (task, method, condition, budget), part in at.groupby(["task", "method", "condition", "budget"], sort=False):
+        row = {"task": task, "method": method, "condition": condition, "budget": budget, "seeds": len(part),
+               "score": f"{100 * part['score'].mean():.2f}", "heads pruned": f"{part['heads_pruned'].mean():.1f}"}
+        if config is not None:
+            ms = [torch.tensor(masks[cell]) for cell in part["cell"]]
+            row["params (M)"] = f"{np.mean([closed_form_parameter_count(config, m) for m in ms]) / 1e6:.2f}"
+            row[f"GFLOPs/example (T {seq_len})"] = f"{np.mean([forward_flops(config, seq_len, m).total for m in ms]) / 1e9:.3f}"
+        row["implied speed-up"] = f"{part['implied_speedup'].mean():.3f}"
+        row[f"measured speed-up (batch {batch}, T {seq_len})"] = f"{part['measured_speedup'].mean():.3f}"
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["task", "condition", "method", "budget"]).reset_index(drop=True)
+
+
+def speed_section(profiles: pd.DataFrame, rows: pd.DataFrame | None = None) -> list[str]:
+    """Markdown: the per-row cost table and the timing table (nothing without timings)."""
     if profiles.empty:
         return []
+    head = []
+    if rows is not None and not rows.empty:
+        head = ["Per row (the pruned cells of a method, condition and budget, physically pruned): score, "
+                "parameters, matmul FLOPs and speed-up (vs the dense model) at the latency shape.\n",
+                rows.to_markdown(index=False), ""]
     shown = profiles.copy()
     for col in ("median_ms", "iqr_ms"):
         shown[col] = shown[col].map(lambda v: f"{v:.2f}")
     for col in ("implied_speedup", "measured_speedup", "measured_over_implied_reduction"):
         shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
-    return ["## Speed (speed.jsonl, `bench speed`)\n",
+    return ["## Speed (speed.jsonl, `bench speed`)\n", *head,
             "Milliseconds per forward pass (median, IQR) of the dense model, the masked model (every head still "
             "computed) and the physically pruned model per head count; implied speed-up = dense FLOPs / model "
             "FLOPs (matmuls); `measured_over_implied_reduction` = measured time saved / time saved the FLOPs "
