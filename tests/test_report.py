@@ -192,6 +192,8 @@ def test_degenerate_runs_are_counted_kept_and_left_out_only_in_the_survivors_vie
     md = (out / "report.md").read_text()
     cola = md[md.index("## CoLA ("):]
     assert "CoLA, sensitivity view, survivors only" in cola
+    pairs = cola[cola.index("CoLA pairwise, the same sensitivity view"):].split("\n\n")[1]  # printed, not CSV only
+    assert "random" in pairs and "| 2 " in pairs  # a pair with the degenerate seed, on the 2 surviving seeds
     cf = pd.read_csv(out / "comparisons.csv")
     headline = cf[(cf.task == "cola") & (cf.method == "random") & (cf.seeds == "all") & (cf.kind == "original")]
     assert set(headline.n) == {3}  # the degenerate seed stays in the headline comparison
@@ -461,3 +463,17 @@ def test_the_headline_table_comes_first_with_each_rows_weights_and_the_own_fine_
     assert own_row[1] == "own fine-tuning" and own_row[6] == "1.0 (max 1)"  # weights; layers emptied
     assert cells(table, "michel +recover")[1] == "base + recovery"
     assert cells(md[prune_only:], "michel")[1] == "base"
+
+
+def test_mask_heatmaps_leave_out_seeds_whose_base_model_failed(tmp_path):
+    from benchmark.report.load import load_runs
+    from benchmark.report.plots import _mask_panels
+
+    records = make_records(tasks=("mrpc",), seeds=(0, 1, 2), methods={"original": ["none"], "random": ["heads:3"]},
+                           degenerate={("mrpc", 1, "original")})
+    write_run(tmp_path, records)
+    panels = _mask_panels(load_runs([tmp_path]), "mrpc")
+    assert [(u.name, n) for u, _, n in panels] == [("random", 2)]
+    kept = [r for r in records if r["method"] == "random" and r["seed"] != 1]
+    expected = 1.0 - np.mean([np.asarray(r["mask"], dtype=float) for r in kept], axis=0)
+    assert np.array_equal(panels[0][1], expected)

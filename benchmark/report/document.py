@@ -98,6 +98,9 @@ def task_sections(results: list[GroupResult]) -> list[str]:
         if _has_survivors_view(r):
             md += [f"**{task_label(r.task)}, {SURVIVORS_TITLE}:**\n", tables.md_table(tables.task_table(r, "survivors"))]
             md += [f"- {n}" for n in tables.table_notes(r, "survivors") if n.startswith(("p:", "No "))] + [""]
+            if any(c.n_excluded for c in r.pairwise):
+                md += [f"**{task_label(r.task)} pairwise, the same sensitivity view** (survivors only):\n",
+                       tables.md_table(tables.pairwise_table(r, "survivors")), ""]
     return md
 
 

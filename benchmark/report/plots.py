@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmark.records import CONTROL_NAME, METRIC_AXIS, ORIGINAL, PRUNE_ONLY, RECOVER
-from benchmark.report.analysis import GroupResult
+from benchmark.report.analysis import GroupResult, base_failed_seeds
 from benchmark.report.load import RunData, warn
 from benchmark.report.tables import num
 from benchmark.report.units import (CONDITION_SUFFIX, Unit, method_color, short_budget, sorted_methods, sorted_units,
@@ -200,8 +200,10 @@ def _grid(fig, n: int, max_cols: int, **kwargs: Any):
 
 
 def _mask_panels(data: RunData, task: str) -> list[tuple[Unit, np.ndarray, int]]:
-    """(unit, fraction of seeds pruning each head [L][H], seeds) per (method, budget, options) of a task."""
-    df = data.frame[(data.frame.task == task) & (data.frame.method != ORIGINAL)]
+    """(unit, fraction of seeds pruning each head [L][H], seeds) per (method, budget, options) of a task; seeds whose
+    base model failed are left out, as they are from every statistic (protocol.md §6)."""
+    tdf = data.frame[data.frame.task == task]
+    df = tdf[(tdf.method != ORIGINAL) & ~tdf.seed.isin(base_failed_seeds(tdf))]
     panels: dict[tuple, tuple[Unit, np.ndarray, int]] = {}
     for unit in sorted(sorted_units(df.unit.unique()), key=lambda u: u.condition != PRUNE_ONLY):
         key = (unit.name, unit.budget, unit.opts)
