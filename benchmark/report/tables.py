@@ -196,7 +196,7 @@ def pairwise_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
     for c in r.pairwise:
         v = c.view(which)
         significant = c.tested and np.isfinite(v.p_holm) and v.p_holm < ALPHA
-        rows.append({"row": c.target.row_name, "minus": c.reference.row_name, "n": str(v.stats.n),
+        rows.append({"row": c.target.label, "minus": c.reference.label, "n": str(v.stats.n),
                      "Δ [95% CI]": _diff_ci(c, which) + ("*" if significant else ""),
                      "p exact": p_text(v.stats.p_exact) if c.tested else "—", "p Holm": _p_cell(c, which)})
     return pd.DataFrame(rows)
