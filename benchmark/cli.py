@@ -283,6 +283,9 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, rounds, 
     from benchmark.records import Record
     from benchmark.store import read_jsonl
 
+    from benchmark.provenance import quiet_libraries
+
+    quiet_libraries()  # no load report for the untrained classifier head: weights do not change the time
     shapes = [(b, t) for b in _int_list("--batches", batches) for t in _int_list("--lengths", lengths)]
     if threads is not None:
         if threads < 1:

@@ -31,7 +31,7 @@ from benchmark import cell, models, tasks
 from benchmark.cell_work import PruneState
 from benchmark.config import ConfigError, Preset, TrainConfig, parse_budget
 from benchmark.provenance import now_utc
-from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, Record
+from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, Record
 from benchmark.run_config import RunConfig
 from benchmark.store import read_jsonl
 from benchmark.training import Counter
@@ -79,10 +79,19 @@ def find_record(records: list[Record], task: str, seed: int, method: str, condit
     found = [r for r in same if r.condition == condition and (budget is None or r.budget.spec == budget)]
     if len(found) == 1:
         return found[0]
-    held = sorted({f"--condition {r.condition} --budget {r.budget.spec}" for r in same}) or ["nothing"]
     what = "no record" if not found else f"{len(found)} records (give --budget)"
-    raise ConfigError(f"{what} of {method} on {task} seed {seed} with condition {condition}"
-                      + (f" and budget {budget}" if budget else "") + f"; the folder holds: {'; '.join(held)}")
+    where = f"{what} of {method} on {task} seed {seed} with condition {condition}" + (
+        f" and budget {budget}" if budget else "")
+    if same:
+        held = "; ".join(sorted({f"--condition {r.condition} --budget {r.budget.spec}" for r in same}))
+        hint = " (the fine-tuning control is --method original --condition control)" if condition == CONTROL else ""
+        raise ConfigError(f"{where}; for {method} there the folder holds: {held}{hint}")
+    tasks = sorted({r.task for r in records})
+    seeds = sorted({r.seed for r in records if r.task == task})
+    methods = sorted({r.method for r in records if (r.task, r.seed) == (task, seed)})
+    raise ConfigError(f"{where}; the folder holds tasks {', '.join(tasks) or 'none'}"
+                      + (f"; {task} has seeds {', '.join(map(str, seeds))}" if seeds else "")
+                      + (f"; {task} seed {seed} has methods {', '.join(methods)}" if methods else ""))
 
 
 def _plan_budget(run_dir: Path, key: str) -> str:
@@ -140,7 +149,10 @@ def export_cell(run_dir, *, task: str, seed: int, method: str, condition: str, o
         missing = [m for m in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(m) is None]
         if missing:
             raise ConfigError(f"--onnx needs {', '.join(missing)}: pip install 'headprune-bench[onnx]'")
-    run_dir = Path(run_dir)
+    run_dir, out = Path(run_dir), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out}: exists and is not empty; give a new folder (an export never writes over "
+                          f"files, which could be a run's cached base model or another cell's export)")
     records = [Record.from_dict(d) for d in read_jsonl(run_dir / "records.jsonl")]
     record = find_record(records, task, seed, method, condition, budget)
     label = _plan_budget(run_dir, record.cell)
@@ -177,7 +189,7 @@ def _export(runner, record: Record, setter: Record | None, out: Path, onnx: bool
     dev = cell.evaluate_on_dev(bench, model, mask, Counter())
     recorded = torch.tensor(record.mask, dtype=torch.float32)
     export_pruned(model, recorded, out, tokenizer=runner.tokenizer)
-    info = ExportInfo(cell=record.cell, run_folder=str(runner.out), folder=str(out),
+    info = ExportInfo(cell=record.cell, run_folder=str(runner.out.resolve()), folder=str(out.resolve()),
                       heads_per_layer=[int(row.sum()) for row in recorded], heads_pruned=record.heads_pruned,
                       heads_total=record.heads_total, record_metrics=record.metrics, metrics=dev.metrics,
                       predictions_differ=int(sum(a != b for a, b in zip(dev.predictions.tolist(), record.predictions))),

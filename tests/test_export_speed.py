@@ -213,6 +213,18 @@ def test_bench_export_names_what_the_folder_holds_and_a_missing_base_model(smoke
     assert missing.exit_code != 0
     assert "no record of random on wnli seed 0 with condition own-fine-tuning" in missing.output
     assert "--condition prune+recover --budget fraction:0.3" in missing.output
+    control = CliRunner().invoke(main, args + ["--method", "random", "--condition", "control"])
+    assert "the fine-tuning control is --method original --condition control" in control.output
+    typo = CliRunner().invoke(main, args + ["--method", "rnadom"])
+    assert "wnli seed 0 has methods original, random, voita" in typo.output
+    wrong_seed = CliRunner().invoke(main, [*args[:5], "1", *args[6:], "--method", "random"])
+    assert "no record of random on wnli seed 1" in wrong_seed.output and "wnli has seeds 0" in wrong_seed.output
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    over = CliRunner().invoke(main, [*args[:-1], str(taken), "--method", "random", "--condition", "prune-only"])
+    assert over.exit_code != 0 and "exists and is not empty" in over.output
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"]
     copy_dir = tmp_path / "copy"
     shutil.copytree(smoke_run, copy_dir, ignore=shutil.ignore_patterns("base"))
     args[1] = str(copy_dir)

@@ -14,9 +14,9 @@ import torch
 
 from benchmark.report.load import RunData
 from benchmark.report.units import task_key
-from benchmark.speed import PRUNED, SpeedRow, read_rows
+from benchmark.speed import DENSE, PRUNED, SpeedRow, read_rows
 
-PROFILE_COLUMNS = ["device", "threads", "batch", "seq_len", "kind", "heads_kept", "median_ms", "iqr_ms",
+PROFILE_COLUMNS = ["device", "threads", "batch", "seq_len", "kind", "heads_pruned", "heads_kept", "median_ms", "iqr_ms",
                    "implied_speedup", "measured_speedup", "measured_over_implied_reduction"]
 
 
@@ -31,14 +31,16 @@ def speed_rows(data: RunData) -> list[SpeedRow]:
 
 
 def profile_frame(rows: list[SpeedRow]) -> pd.DataFrame:
-    """One line per timing; ``measured_over_implied_reduction`` = measured time saved / time saved that the
+    """One line per timing (heads pruned and kept; a masked model computes them all); ``measured_over_implied_reduction`` = measured time saved / time saved that the
     FLOPs imply (pruned models only; 1 = the FLOPs tell the whole story)."""
+    total = max((sum(r.heads_per_layer) for r in rows if r.kind == DENSE), default=0)  # the dense model's heads
     out = []
     for r in rows:
         ratio = (_reduction(r.measured_speedup) / _reduction(r.implied_speedup)
                  if r.kind == PRUNED and r.implied_speedup > 1 else np.nan)
         out.append({"device": r.device, "threads": r.threads, "batch": r.batch, "seq_len": r.seq_len,
-                    "kind": r.kind, "heads_kept": sum(r.heads_per_layer), "median_ms": r.median_s * 1e3,
+                    "kind": r.kind, "heads_pruned": total - sum(r.heads_per_layer),
+                    "heads_kept": sum(r.heads_per_layer), "median_ms": r.median_s * 1e3,
                     "iqr_ms": r.iqr_s * 1e3, "implied_speedup": r.implied_speedup,
                     "measured_speedup": r.measured_speedup, "measured_over_implied_reduction": ratio})
     frame = pd.DataFrame(out, columns=PROFILE_COLUMNS)
@@ -125,7 +127,9 @@ def speed_section(profiles: pd.DataFrame, rows: pd.DataFrame | None = None) -> l
     head = []
     if rows is not None and not rows.empty:
         head = ["Per row (the pruned cells of a method, condition and budget, physically pruned): score, "
-                "parameters, matmul FLOPs and speed-up (vs the dense model) at the latency shape.\n",
+                "parameters, matmul FLOPs and speed-up (vs the dense model) at the latency shape. Cells with the "
+                "same head count share one timing unless `bench speed --per-mask` timed each mask "
+                "(`speed_cells.csv`, column `profile`); read a speed-up against the IQRs of the table below.\n",
                 rows.to_markdown(index=False), ""]
     shown = profiles.copy()
     for col in ("median_ms", "iqr_ms"):

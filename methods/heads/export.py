@@ -74,7 +74,7 @@ def export_onnx(model: nn.Module, path, example: dict[str, torch.Tensor]) -> Pat
 
     Args:
         model: a sequence classifier, fp32, on the CPU.
-        path: the ``.onnx`` file to write.
+        path: the ``.onnx`` file to write (large weights go to ``<path>.data`` beside it; keep the two together).
         example: the three inputs of one batch (traced; other shapes work afterwards).
 
     Raises:
@@ -85,6 +85,6 @@ def export_onnx(model: nn.Module, path, example: dict[str, torch.Tensor]) -> Pat
     dynamic = {name: {0: "batch", 1: "sequence"} for name in ONNX_INPUTS}
     args = tuple(example[name].cpu() for name in ONNX_INPUTS)
     with torch.no_grad():
-        torch.onnx.export(_LogitsOnly(model.eval()), args, str(path), input_names=list(ONNX_INPUTS),
+        torch.onnx.export(_LogitsOnly(model).eval(), args, str(path), input_names=list(ONNX_INPUTS),
                           output_names=["logits"], dynamic_shapes=dynamic, dynamo=True, verbose=False)
     return path
