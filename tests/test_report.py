@@ -477,3 +477,11 @@ def test_mask_heatmaps_leave_out_seeds_whose_base_model_failed(tmp_path):
     kept = [r for r in records if r["method"] == "random" and r["seed"] != 1]
     expected = 1.0 - np.mean([np.asarray(r["mask"], dtype=float) for r in kept], axis=0)
     assert np.array_equal(panels[0][1], expected)
+
+
+def test_a_run_whose_every_base_model_failed_says_so_instead_of_n_0(tmp_path):
+    records = make_records(tasks=("wnli",), seeds=(0,), methods={"original": ["none"], "random": ["fraction:0.5"]},
+                           degenerate={("wnli", 0, "original")})
+    write_run(tmp_path, records)
+    md = (build_report([tmp_path], plots=False, echo=False) / "report.md").read_text()
+    assert "Every seed's base model failed" in md and "n = 0 seeds" not in md

@@ -76,9 +76,12 @@ def header_section(data: RunData, results: list[GroupResult]) -> list[str]:
                   f"`bench run` into the folder moves each line to `{REJECTED}` (kept there, not deleted) and "
                   f"computes the missing cells again:\n")
         md += [f"- `{b.path}` line {b.line}: {b.reason}" for b in data.broken] + [""]
-    ns = sorted({len(r.seeds) for r in results})
-    if not ns:
+    if not results:
         return md + ["**No finished cells yet.**\n"]
+    ns = sorted({len(r.seeds) for r in results} - {0})
+    if not ns:
+        return md + ["**What these seeds can show: nothing.** Every seed's base model failed (protocol.md §6), so "
+                     "no statistic is computed; the scores are shown apart under each table.\n"]
     return md + ["**What these seeds can show.** " + "; ".join(
         f"n = {n} seed{'s' if n != 1 else ''}: smallest exact two-sided p = {tables.p_text(stats.min_exact_p(n))}"
         for n in ns) + ". Exact paired tests cannot give p < 2/2^n (5 seeds never reach p < .05; protocol.md §5).\n"]
