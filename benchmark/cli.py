@@ -18,6 +18,7 @@ import methods
 from benchmark import tasks
 from benchmark.config import PRECISIONS, PRESETS, ConfigError
 from benchmark.records import CONDITIONS
+from methods.heads import LAYOUTS
 
 log = logging.getLogger("benchmark")
 
@@ -42,7 +43,7 @@ def main() -> None:
 
 @main.command("list")
 def list_cmd() -> None:
-    """List methods, tasks, task groups and presets."""
+    """List methods, tasks, task groups, model families and presets."""
     click.echo("methods:")
     for name, cls in methods.available_methods().items():
         tag = "  [reconstruction: no official code]" if cls.reconstruction else ""
@@ -55,6 +56,10 @@ def list_cmd() -> None:
     click.echo("task groups:")
     for name, members in tasks.TASK_GROUPS.items():
         click.echo(f"  {name:<14} {', '.join(members)}")
+    click.echo("model families (--model):")
+    for cls in dict.fromkeys(LAYOUTS.values()):
+        click.echo(f"  {cls.family:<14} model types: {', '.join(cls.model_types)}; attention: "
+                   f"{', '.join(cls.attn_implementations)}")
     click.echo("presets:")
     for name, p in PRESETS.items():
         click.echo(f"  {name:<14} {p.description}")
@@ -69,7 +74,8 @@ def list_cmd() -> None:
               help="'glue-small' or a comma-separated list of GLUE tasks (mrpc, cola, rte, wnli).")
 @click.option("--seeds", default=None, help="N (seeds 0..N-1) or a list a,b,c. Default: the preset's.")
 @click.option("--model", default=None,
-              help="Hub name (bert-base-cased), local folder, or 'minilm-l6' (packaged). Default: the preset's.")
+              help="Hub name (bert-base-cased, roberta-base, ...), local folder, or 'minilm-l6' (packaged); families: "
+                   "`bench list`. Default: the preset's.")
 @click.option("--budget", default=None,
               help="heads:K | fraction:F | matched:METHOD. Default: the preset's.")
 @click.option("--preset", default="quick", show_default=True, type=click.Choice(list(PRESETS)))

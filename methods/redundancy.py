@@ -234,19 +234,26 @@ ARCHITECTURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_la
                        "type_vocab_size", "position_embedding_type", "pruned_heads")
 
 
+TASK_HEAD_MODULES = ("pooler",)
+"""Modules of an encoder (``model.base_model``) that belong to the task head and stay out of :func:`model_digest`."""
+
+
 def model_digest(model: nn.Module) -> str:
     """Short digest of what an encoder's attention maps depend on (cache key): the architecture fields of its config
-    and every tensor of its embeddings and encoder. The task head (pooler, classifier, label names) is left out, so
-    the pre-trained encoder loaded for different tasks gives the same digest."""
+    and every tensor of its encoder (``model.base_model``: embeddings and layers, of any family). The task head
+    (pooler, classifier, label names) is left out, so the pre-trained encoder loaded for different tasks gives the
+    same digest."""
     base = get_layout(model).base
     h = hashlib.blake2b(digest_size=12)
     config = getattr(model, "config", None)
     fields = {k: getattr(config, k, None) for k in ARCHITECTURE_FIELDS}
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
-    for part in (base.embeddings, base.encoder):
-        for name, tensor in part.state_dict().items():
-            h.update(name.encode())
-            h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for name, tensor in base.state_dict().items():
+        if name.split(".", 1)[0] in TASK_HEAD_MODULES:
+            continue
+        # BERT-family names relative to their module, as before the other families came: the same digests.
+        h.update(name.split(".", 1)[1].encode() if name.startswith(("embeddings.", "encoder.")) else name.encode())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
