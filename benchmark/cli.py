@@ -309,9 +309,9 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, rounds, 
         model = models.load_classifier(run["model"], num_labels=2).eval()
     except (OSError, KeyError, ValueError, ConfigError) as exc:
         raise click.ClickException(f"{folder}: {exc}") from exc
-    if max(t for _, t in shapes) > model.config.max_position_embeddings:
-        raise click.ClickException(f"--lengths: the model takes at most {model.config.max_position_embeddings} "
-                                   f"tokens")
+    max_tokens = LAYOUTS[model.config.model_type].max_tokens(model.config)
+    if max_tokens is not None and max(t for _, t in shapes) > max_tokens:
+        raise click.ClickException(f"--lengths: the model takes at most {max_tokens} tokens")
     if counts is not None:
         wanted = set(_int_list("--heads-pruned", counts))
         held = {r.heads_pruned for r in records}

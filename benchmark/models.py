@@ -108,7 +108,8 @@ def check_architecture(name: str) -> AutoConfig:
     """Load the config and refuse unsupported architectures early.
 
     Raises:
-        UnsupportedArchitectureError: ``model_type`` has no layout adapter (:func:`methods.heads.supported_model_types`).
+        UnsupportedArchitectureError: ``model_type`` has no layout adapter (:func:`methods.heads.supported_model_types`),
+            or the model's heads are already physically pruned (``config.pruned_heads``).
         OSError: the model cannot be found (hub unreachable, folder missing).
     """
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
@@ -126,6 +127,11 @@ def check_architecture(name: str) -> AutoConfig:
             f"--model {name}: unsupported architecture model_type={config.model_type!r}; "
             f"supported: {', '.join(supported_model_types())}"
         )
+    if getattr(config, "pruned_heads", None):
+        raise UnsupportedArchitectureError(
+            f"--model {name}: its heads are already physically pruned (config.pruned_heads = "
+            f"{config.pruned_heads}, e.g. a `bench export` folder); the benchmark prunes an unpruned encoder: give "
+            f"the model it was pruned from")
     return config
 
 

@@ -129,9 +129,9 @@ def masked_logits(model: nn.Module, batch: dict[str, torch.Tensor], mask: torch.
 
 
 def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None = 3,
-                      n_train: int = 48, n_dev: int = 24, family: str = "bert") -> PruningContext:
+                      n_train: int = 48, n_dev: int = 24, family: str | None = None) -> PruningContext:
     """A :class:`PruningContext` over synthetic splits, with simple evaluate / fine_tune callables;
-    ``load_pretrained`` gives a tiny model of ``family`` (another seed).
+    ``load_pretrained`` gives a tiny model of ``family`` (default: the model's own ``model_type``) under another seed.
 
     The context records every split name asked for in ``context.tokenizer_info["_splits_read"]`` (a list), so a
     check can assert that only train-derived splits were read.
@@ -139,6 +139,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
     from methods.heads import get_layout
 
     layout = get_layout(model)
+    family = family or model.config.model_type
     pool = synthetic_split(n_train + n_dev, seed=1000 + seed)
     data = {"mini_train": pool[:n_train], "mini_dev": pool[n_train:], "train": pool}
     read: list[str] = []

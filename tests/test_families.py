@@ -356,8 +356,16 @@ def test_onnx_export_of_a_family_without_token_types(family, tmp_path):
                                                         scale=scale), f"{family}: onnxruntime vs torch")
 
 
+FLOP_VARIANTS = VARIANTS + [
+    ("deberta-v2-c2p-shared", "deberta-v2", {"pos_att_type": ["c2p"]}),  # shared: both projections still run
+    ("deberta-v2-p2c-unshared", "deberta-v2", {"pos_att_type": ["p2c"], "share_att_key": False}),
+    ("deberta-v2-conv", "deberta-v2", {"conv_kernel_size": 3, "conv_groups": 2}),  # v2's convolution layer
+    ("electra-no-projection", "electra", {"embedding_size": 32}),
+]
+
+
 @pytest.mark.parametrize("seq_len", [1, 7, 20])
-@pytest.mark.parametrize("label, family, overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
+@pytest.mark.parametrize("label, family, overrides", FLOP_VARIANTS, ids=[v[0] for v in FLOP_VARIANTS])
 def test_closed_form_flops_and_parameters_per_family(label, family, overrides, seq_len):
     """forward_flops equals torch's flop counter for the dense, masked and pruned model (batch of one: DeBERTa
     projects its relative positions once per forward), and the closed-form parameter count the pruned model's."""
@@ -385,6 +393,55 @@ def test_closed_form_flops_and_parameters_per_family(label, family, overrides, s
     pruned_model = remove_heads(copy.deepcopy(model), mask)
     assert counted(pruned_model) == pruned.total
     assert pruned.attention * 12 == dense.attention * 5  # proportional to the 5 heads kept of 12
-    assert (family == "electra") == (dense.embeddings > 0)
+    assert (label in ("electra", "deberta-v2-conv")) == (dense.other > 0) and pruned.other == dense.other
     assert count_parameters(pruned_model) == closed_form_parameter_count(model.config, mask)
     assert count_parameters(model) == closed_form_parameter_count(model.config, torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_max_tokens_is_the_longest_input_the_embeddings_take(family):
+    """RoBERTa / XLM-R number positions after the padding index, so they take ``pad_token_id + 1`` tokens fewer
+    than ``max_position_embeddings`` (512 of roberta-base's 514; 39 of 40 here, padding index 0); DeBERTa-v3 has no
+    absolute positions and no limit.
+    ``bench speed --lengths`` and redundancy's ``seq_length`` are checked against it."""
+    model = tiny_model(0, family=family)
+    limit = LAYOUTS[family].max_tokens(model.config)
+    expected = {"roberta": 39, "xlm-roberta": 39, "deberta-v2": None}.get(family, 40)
+    assert limit == expected
+    longest = limit or 3 * model.config.max_position_embeddings
+    with torch.no_grad():
+        model(input_ids=torch.full((1, longest), 5))
+        if limit is not None:
+            with pytest.raises((IndexError, RuntimeError)):
+                model(input_ids=torch.full((1, longest + 1), 5))
+    context = __import__("methods.conformance", fromlist=["synthetic_context"]).synthetic_context(model)
+    if limit is not None:
+        with pytest.raises(ValueError, match=f"exceeds the {limit} tokens"):
+            methods.create("redundancy", seq_length=limit + 1).prune(model, context)
+
+
+def test_an_exported_model_exports_again_and_is_refused_as_a_run_model(tmp_path):
+    """An exported folder loads as the family's Pruned* class, a subclass of the stock one: exporting it again with
+    more heads removed works; `bench run --model` on it is refused (the benchmark prunes unpruned encoders)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from benchmark.models import load_classifier
+
+    for family in ("bert", "distilbert", "deberta-v2"):
+        model, inputs = _model(family, {}), _inputs(family)
+        first = torch.ones(3, 4)
+        first[0, 1] = 0
+        export_pruned(model, first, tmp_path / family / "a")
+        loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / family / "a", trust_remote_code=True,
+                                                                    dtype=torch.float64)
+        second = torch.ones(3, 4)
+        second[2, 0] = 0
+        export_pruned(loaded, second, tmp_path / family / "b")
+        again = AutoModelForSequenceClassification.from_pretrained(tmp_path / family / "b", trust_remote_code=True,
+                                                                   dtype=torch.float64)
+        assert again.config.pruned_heads == {"0": [1], "2": [0]}
+        reference = _outputs(model, inputs, first * second)
+        tol = rounding_tolerance(reference, _terms(model.config, family, 9))
+        assert_within(_outputs(again, inputs), reference, tol, f"{family}: exported twice vs masked")
+        with pytest.raises(UnsupportedArchitectureError, match="already physically pruned"):
+            load_classifier(str(tmp_path / family / "a"), 2)

@@ -18,11 +18,15 @@ The other families differ from BERT in (and the formulas add):
 
 * RoBERTa / XLM-R / ELECTRA / DistilBERT: a classification head of the same cost (dense ``h x h``, then ``h x C``;
   DistilBERT's ``pre_classifier`` and ``classifier``); ELECTRA projects embeddings of size e to h when they
-  differ (``2 T e h``, in :attr:`Flops.embeddings`); DistilBERT's feed-forward size is ``hidden_dim``.
+  differ (``2 T e h``, in :attr:`Flops.other`); DistilBERT's feed-forward size is ``hidden_dim``.
 * DeBERTa-v2/v3: per layer and kept head, the relative-position embeddings (2S rows, S = ``position_buckets`` or
-  else ``max_relative_positions``) go through the head's key rows for c2p and query rows for p2c
-  (``2 * 2S h d`` each: once per forward, counted here for a batch of one) and each of c2p and p2c scores
-  ``2 T 2S d`` (a product with every relative position, then gathered); the pooler is ``h x pooler_hidden_size``.
+  else ``max_relative_positions``) go through the head's key rows (for c2p) and query rows (for p2c):
+  ``2 * 2S h d`` each, once per forward, counted here for a batch of one. With ``share_att_key`` true, the code
+  projects through both ``key_proj`` and ``query_proj`` whichever kinds ``pos_att_type`` lists; otherwise it
+  projects once per listed kind. Each listed kind then scores ``2 T 2S d`` (a product with every relative
+  position, then gathered). The pooler is ``h x pooler_hidden_size``. DeBERTa-v2's convolution after the first
+  layer (``conv_kernel_size`` k > 0, ``conv_groups`` g) costs ``2 T h (h / g) k`` in :attr:`Flops.other`;
+  head pruning does not touch it.
 """
 from __future__ import annotations
 
@@ -42,18 +46,19 @@ class Flops:
             terms), every layer.
         feed_forward: the two feed-forward products, every layer.
         head: pooler and classifier.
-        embeddings: ELECTRA's projection of its embeddings to the hidden size (0 elsewhere).
+        other: products head pruning does not touch besides those: ELECTRA's projection of its embeddings to the
+            hidden size, DeBERTa-v2's convolution (0 for the other families).
     """
 
     attention: int
     feed_forward: int
     head: int
-    embeddings: int = 0
+    other: int = 0
 
     @property
     def total(self) -> int:
         """All of them."""
-        return self.attention + self.feed_forward + self.head + self.embeddings
+        return self.attention + self.feed_forward + self.head + self.other
 
 
 def heads_kept(config, mask: torch.Tensor | None = None) -> list[int]:
@@ -104,8 +109,11 @@ def forward_flops(config, seq_len: int, mask: torch.Tensor | None = None, *, cla
         pooled = getattr(config, "pooler_hidden_size", None) or h
     head = 2 * h * pooled + (2 * pooled * config.num_labels if classifier else 0)
     embedding_size = getattr(config, "embedding_size", None) if config.model_type == "electra" else None
-    embeddings = 2 * t * embedding_size * h if embedding_size and embedding_size != h else 0
-    return Flops(attention=attention, feed_forward=feed_forward, head=head, embeddings=embeddings)
+    other = 2 * t * embedding_size * h if embedding_size and embedding_size != h else 0
+    kernel = getattr(config, "conv_kernel_size", 0) if config.model_type == "deberta-v2" else 0
+    if kernel and kernel > 0:
+        other += 2 * t * h * (h // getattr(config, "conv_groups", 1)) * kernel
+    return Flops(attention=attention, feed_forward=feed_forward, head=head, other=other)
 
 
 def _relative_flops(config, tokens: int, head_size: int) -> int:
@@ -118,4 +126,6 @@ def _relative_flops(config, tokens: int, head_size: int) -> int:
         if span < 1:
             span = config.max_position_embeddings
     kinds = [k for k in ("c2p", "p2c") if k in (config.pos_att_type or [])]
-    return len(kinds) * (2 * (2 * span) * config.hidden_size * head_size + 2 * tokens * (2 * span) * head_size)
+    projections = 2 if getattr(config, "share_att_key", False) else len(kinds)
+    span2 = 2 * span
+    return projections * 2 * span2 * config.hidden_size * head_size + len(kinds) * 2 * tokens * span2 * head_size

@@ -23,7 +23,7 @@ REMOTE_CLASSES = {model_type: cls.__name__ for model_type, cls in CLASSES.items(
 """``config.model_type`` -> the class of :mod:`methods.heads.modeling_pruned` named in ``auto_map``."""
 
 
-_STOCK_CLASSES = {model_type: cls.__bases__[-1].__name__ for model_type, cls in CLASSES.items()}
+_STOCK_CLASSES = {model_type: cls.__bases__[-1] for model_type, cls in CLASSES.items()}
 """``config.model_type`` -> the stock transformers class an export accepts (the one its remote class extends)."""
 
 
@@ -48,10 +48,10 @@ def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) 
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     stock = _STOCK_CLASSES.get(model_type)
-    if stock is None or type(model).__name__ != stock:
+    if stock is None or not isinstance(model, stock):  # the Pruned* classes of an exported folder extend them
         raise ValueError(f"export_pruned: {type(model).__name__} (model_type={model_type!r}) is not one of the "
                          f"sequence classifiers the exported modeling file builds: "
-                         f"{', '.join(sorted(set(_STOCK_CLASSES.values())))}")
+                         f"{', '.join(sorted({c.__name__ for c in _STOCK_CLASSES.values()}))}")
     work = remove_heads(copy.deepcopy(model).cpu(), mask)
     remote_class = REMOTE_CLASSES[model_type]
     work.config.auto_map = {"AutoModelForSequenceClassification": f"{REMOTE_FILE[:-3]}.{remote_class}"}

@@ -11,8 +11,8 @@ What removing a head removes, per family (head h of layer l, d = head size; W_O'
 * DeBERTa-v2/v3 (disentangled attention): the same rows of ``attention.self.{query,key,value}_proj`` and columns of
   ``attention.output.dense``. The head's relative-position terms go with it: its content->position (c2p) and
   position->content (p2c) scores project the shared relative-position embeddings through its own rows of
-  ``key_proj`` / ``query_proj`` (``share_att_key``, v3) or of ``pos_key_proj`` / ``pos_query_proj`` (v2 without
-  sharing; those rows are removed too). The relative-position embedding table and its LayerNorm are shared by
+  ``key_proj`` / ``query_proj`` (``share_att_key`` true) or of ``pos_key_proj`` / ``pos_query_proj``
+  (``share_att_key`` false; those rows are removed too). The relative-position embedding table and its LayerNorm are shared by
   every head of every layer and stay. A masked or removed head contributes nothing to the layer's output either
   way; the attention scale ``sqrt(d * scale_factor)`` depends on d only, so the other heads are unchanged.
 """
@@ -71,6 +71,12 @@ class RobertaLayout(BertLayout):
 
     family = "roberta"
     model_types = ("roberta", "xlm-roberta")
+
+    @classmethod
+    def max_tokens(cls, config) -> int | None:
+        """Position ids start after the padding index: ``max_position_embeddings - pad_token_id - 1`` tokens (512 for
+        ``roberta-base``'s 514)."""
+        return int(config.max_position_embeddings) - int(config.pad_token_id or 0) - 1
 
 
 class ElectraLayout(BertLayout):
@@ -131,6 +137,12 @@ class DebertaV2Layout(BertLayout):
     removes = ("rows of attention.self.query_proj/key_proj/value_proj (and pos_key_proj/pos_query_proj when "
                "present: the head's relative-position scores) and columns of attention.output.dense")
     position_projection_names = ("pos_key_proj", "pos_query_proj")
+
+    @classmethod
+    def max_tokens(cls, config) -> int | None:
+        """``max_position_embeddings`` with absolute positions (``position_biased_input``); none without (v3: only
+        relative positions)."""
+        return int(config.max_position_embeddings) if getattr(config, "position_biased_input", True) else None
 
     def head_projections(self, layer: int) -> dict[str, nn.Linear]:
         module = self.self_attention(layer)

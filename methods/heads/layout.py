@@ -92,8 +92,15 @@ class HeadLayout:
 
     @staticmethod
     def head_size_of(config) -> int:
-        """d: ``config.attention_head_size`` where the family allows setting it (DeBERTa), else hidden // H."""
+        """d: ``config.attention_head_size`` when the config sets it (a DeBERTa-v2 field; transformers 5.24 builds but
+        cannot run a model whose d differs from hidden // H), else hidden // H."""
         return int(getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads)
+
+    @classmethod
+    def max_tokens(cls, config) -> int | None:
+        """The longest input (tokens) the family's embeddings take: ``max_position_embeddings`` (RoBERTa / XLM-R:
+        fewer, see :class:`~methods.heads.families.RobertaLayout`); None when no absolute position limits it."""
+        return int(config.max_position_embeddings)
 
     def _find_base(self, model: nn.Module) -> nn.Module | None:
         for candidate in (model, getattr(model, "base_model", None)):
