@@ -18,6 +18,7 @@ import methods
 from benchmark import tasks
 from benchmark.config import PRECISIONS, PRESETS, ConfigError
 from benchmark.records import CONDITIONS
+from methods.heads import LAYOUTS
 
 log = logging.getLogger("benchmark")
 
@@ -42,7 +43,7 @@ def main() -> None:
 
 @main.command("list")
 def list_cmd() -> None:
-    """List methods, tasks, task groups and presets."""
+    """List methods, tasks, task groups, model families and presets."""
     click.echo("methods:")
     for name, cls in methods.available_methods().items():
         tag = "  [reconstruction: no official code]" if cls.reconstruction else ""
@@ -55,6 +56,10 @@ def list_cmd() -> None:
     click.echo("task groups:")
     for name, members in tasks.TASK_GROUPS.items():
         click.echo(f"  {name:<14} {', '.join(members)}")
+    click.echo("model families (--model):")
+    for cls in dict.fromkeys(LAYOUTS.values()):
+        click.echo(f"  {cls.family:<14} model types: {', '.join(cls.model_types)}; attention: "
+                   f"{', '.join(cls.attn_implementations)}")
     click.echo("presets:")
     for name, p in PRESETS.items():
         click.echo(f"  {name:<14} {p.description}")
@@ -69,7 +74,8 @@ def list_cmd() -> None:
               help="'glue-small' or a comma-separated list of GLUE tasks (mrpc, cola, rte, wnli).")
 @click.option("--seeds", default=None, help="N (seeds 0..N-1) or a list a,b,c. Default: the preset's.")
 @click.option("--model", default=None,
-              help="Hub name (bert-base-cased), local folder, or 'minilm-l6' (packaged). Default: the preset's.")
+              help="Hub name (bert-base-cased, roberta-base, ...), local folder, or 'minilm-l6' (packaged); families: "
+                   "`bench list`. Default: the preset's.")
 @click.option("--budget", default=None,
               help="heads:K | fraction:F | matched:METHOD. Default: the preset's.")
 @click.option("--preset", default="quick", show_default=True, type=click.Choice(list(PRESETS)))
@@ -303,9 +309,9 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, rounds, 
         model = models.load_classifier(run["model"], num_labels=2).eval()
     except (OSError, KeyError, ValueError, ConfigError) as exc:
         raise click.ClickException(f"{folder}: {exc}") from exc
-    if max(t for _, t in shapes) > model.config.max_position_embeddings:
-        raise click.ClickException(f"--lengths: the model takes at most {model.config.max_position_embeddings} "
-                                   f"tokens")
+    max_tokens = LAYOUTS[model.config.model_type].max_tokens(model.config)
+    if max_tokens is not None and max(t for _, t in shapes) > max_tokens:
+        raise click.ClickException(f"--lengths: the model takes at most {max_tokens} tokens")
     if counts is not None:
         wanted = set(_int_list("--heads-pruned", counts))
         held = {r.heads_pruned for r in records}

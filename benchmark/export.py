@@ -209,11 +209,12 @@ def onnx_check(folder: Path, bench) -> dict[str, Any]:
 
     from benchmark.training import iterate
     from methods.heads import export_onnx
-    from methods.heads.export import ONNX_INPUTS
+    from methods.heads.export import onnx_inputs
 
     model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).float().eval()
     batch = next(iter(iterate(bench.data.dev, bench.tokenizer, 32, torch.device("cpu"))))
-    inputs = {name: batch[name] if name in batch else torch.zeros_like(batch["input_ids"]) for name in ONNX_INPUTS}
+    inputs = {name: batch[name] if name in batch else torch.zeros_like(batch["input_ids"])
+              for name in onnx_inputs(model)}
     path = export_onnx(model, folder / "model.onnx", inputs)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ours = session.run(["logits"], {k: v.numpy() for k, v in inputs.items()})[0]

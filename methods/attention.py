@@ -1,4 +1,4 @@
-"""Reading attention maps out of a BERT-layout model (for confidence and redundancy scores).
+"""Reading attention maps out of an encoder of any supported family (for confidence and redundancy scores).
 
 The SDPA kernel returns no attention weights, so :func:`eager_attention` switches the model to the eager
 implementation for the duration of a block (``PreTrainedModel.set_attn_implementation``) and restores it after.
@@ -40,7 +40,7 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
     """Attention probabilities of every head for one batch, in eval mode.
 
     Args:
-        model: a BERT-layout model (in eval mode; the caller sets it).
+        model: a model of a supported family (in eval mode; the caller sets it).
         batch: ``input_ids``, ``attention_mask`` and optionally ``token_type_ids``, each ``[B, T]``.
 
     Returns:

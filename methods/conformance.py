@@ -7,7 +7,7 @@ Call :func:`check_pruner` from your own test when you add a method::
     def test_my_method_conforms():
         check_pruner(MyPruner)                # or check_pruner("my-method", some_option=3)
 
-It builds a tiny random BERT classifier and a synthetic, self-contained :class:`PruningContext` (no GLUE files,
+It builds a tiny random classifier (BERT by default; ``family=`` any of :data:`FAMILIES`) and a synthetic, self-contained :class:`PruningContext` (no GLUE files,
 no network), runs the method twice with the same seed and checks the contract:
 
 * the method is registered under its name and its options are JSON-serialisable and round-trip through the
@@ -46,14 +46,52 @@ TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_he
             max_position_embeddings=40)
 CLS, SEP, PAD = 1, 2, 0
 
+FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2")
+"""The ``model_type`` of each encoder family :func:`tiny_config` builds (one per layout adapter's model types)."""
 
-def tiny_model(seed: int = 0, **overrides: Any) -> nn.Module:
-    """A tiny random ``BertForSequenceClassification`` (3 layers x 4 heads, hidden 32) in eval mode."""
-    from transformers import BertConfig, BertForSequenceClassification
+
+def tiny_config(family: str = "bert", **overrides: Any):
+    """The configuration of a tiny random sequence classifier of ``family`` (:data:`FAMILIES`): TINY's sizes
+    (3 layers x 4 heads, hidden 32) under each family's own field names, ``pad_token_id`` 0 (the synthetic
+    splits' padding), 2 labels; ``overrides`` replace any field. ELECTRA gets ``embedding_size`` 16 (its
+    embedding projection in use); DeBERTa-v2 is set up like v3 (relative attention c2p + p2c through shared
+    Q/K projections, position buckets, no absolute positions, no token types; ``share_att_key=False`` gives
+    v2's separate ``pos_key_proj`` / ``pos_query_proj``).
+
+    Raises:
+        ValueError: an unknown family (the message lists :data:`FAMILIES`).
+    """
+    import transformers
+
+    common = {**TINY, "pad_token_id": PAD, "num_labels": 2}
+    if family == "bert":
+        return transformers.BertConfig(**{**common, **overrides})
+    if family == "roberta":
+        return transformers.RobertaConfig(**{**common, **overrides})
+    if family == "xlm-roberta":
+        return transformers.XLMRobertaConfig(**{**common, **overrides})
+    if family == "electra":
+        return transformers.ElectraConfig(**{**common, "embedding_size": 16, **overrides})
+    if family == "distilbert":
+        fields = dict(vocab_size=TINY["vocab_size"], dim=TINY["hidden_size"], n_layers=TINY["num_hidden_layers"],
+                      n_heads=TINY["num_attention_heads"], hidden_dim=TINY["intermediate_size"],
+                      max_position_embeddings=TINY["max_position_embeddings"], pad_token_id=PAD, num_labels=2)
+        return transformers.DistilBertConfig(**{**fields, **overrides})
+    if family == "deberta-v2":
+        fields = dict(relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8,
+                      max_relative_positions=-1, share_att_key=True, position_biased_input=False, type_vocab_size=0,
+                      norm_rel_ebd="layer_norm")
+        return transformers.DebertaV2Config(**{**common, **fields, **overrides})
+    raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+
+
+def tiny_model(seed: int = 0, family: str = "bert", **overrides: Any) -> nn.Module:
+    """A tiny random sequence classifier of ``family`` (:func:`tiny_config`; default a ``BertForSequenceClassification``
+    of 3 layers x 4 heads, hidden 32) in eval mode, weights drawn under ``seed``."""
+    from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
-    config = BertConfig(**{**TINY, **overrides}, num_labels=2)
-    return BertForSequenceClassification(config).eval()
+    return AutoModelForSequenceClassification.from_config(tiny_config(family, **overrides)).eval()
 
 
 def synthetic_split(n: int, seed: int, vocab_size: int = 64, max_len: int = 16) -> list[dict[str, torch.Tensor]]:
@@ -91,8 +129,9 @@ def masked_logits(model: nn.Module, batch: dict[str, torch.Tensor], mask: torch.
 
 
 def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None = 3,
-                      n_train: int = 48, n_dev: int = 24) -> PruningContext:
-    """A :class:`PruningContext` over synthetic splits, with simple evaluate / fine_tune callables.
+                      n_train: int = 48, n_dev: int = 24, family: str | None = None) -> PruningContext:
+    """A :class:`PruningContext` over synthetic splits, with simple evaluate / fine_tune callables;
+    ``load_pretrained`` gives a tiny model of ``family`` (default: the model's own ``model_type``) under another seed.
 
     The context records every split name asked for in ``context.tokenizer_info["_splits_read"]`` (a list), so a
     check can assert that only train-derived splits were read.
@@ -100,6 +139,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
     from methods.heads import get_layout
 
     layout = get_layout(model)
+    family = family or model.config.model_type
     pool = synthetic_split(n_train + n_dev, seed=1000 + seed)
     data = {"mini_train": pool[:n_train], "mini_dev": pool[n_train:], "train": pool}
     read: list[str] = []
@@ -153,7 +193,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
         task="synthetic", primary_metric="accuracy", seed=seed, num_layers=layout.num_layers,
         num_heads=layout.num_heads, batches=batches, num_examples=lambda split: len(data[split]),
         evaluate=evaluate, fine_tune=fine_tune, target_heads=target_heads,
-        load_pretrained=lambda: tiny_model(seed=123), compute_metrics=metrics,
+        load_pretrained=lambda: tiny_model(seed=123, family=family), compute_metrics=metrics,
         tokenizer_info={"vocab_size": TINY["vocab_size"], "cls_token_id": CLS, "sep_token_id": SEP,
                         "pad_token_id": PAD, "special_ids": [PAD, CLS, SEP], "_splits_read": read},
     )
@@ -193,8 +233,10 @@ def check_option_constraints(method: type[HeadPruner] | str) -> None:
                                      f"constructor accepted it")
 
 
-def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: int = 0, **options: Any) -> PruningResult:
-    """Run the conformance checks on a method (class or registered name) with ``options``.
+def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: int = 0, family: str = "bert",
+                 **options: Any) -> PruningResult:
+    """Run the conformance checks on a method (class or registered name) with ``options``, on a tiny model of
+    ``family`` (:data:`FAMILIES`; a method must run on every family through :mod:`methods.heads` alone).
 
     Returns the first run's :class:`PruningResult` (for further checks by the caller).
 
@@ -215,9 +257,9 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
 
     results = []
     for run in range(2):
-        model = tiny_model(seed=seed)
+        model = tiny_model(seed=seed, family=family)
         before = _state(model)
-        context = synthetic_context(model, seed=seed, target_heads=target_heads)
+        context = synthetic_context(model, seed=seed, target_heads=target_heads, family=family)
         # Scramble the global RNGs: a method must derive its randomness from context.seed, not from whatever
         # state the caller left behind.
         torch.manual_seed(9_000 + run)

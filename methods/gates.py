@@ -203,7 +203,7 @@ def run_gate_training(work: nn.Module, context: PruningContext, gates: torch.Ten
     """Train ``gates`` (and the parameters of ``work`` that require grad) for ``recipe.total_steps`` steps.
 
     Args:
-        work: the model to train through its head mask (from :func:`trainable_copy`); a BERT-layout classifier.
+        work: the model to train through its head mask (from :func:`trainable_copy`); a classifier of a supported family (methods.heads.families).
             Left in eval mode with every parameter requiring grad, hooks removed, also on error.
         context: gives the ``mini_train`` batches, the seed and ``count_backward``.
         gates: leaf tensor of gate parameters (``requires_grad=True``, any shape and dtype), on ``work``'s device.

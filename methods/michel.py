@@ -48,7 +48,7 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
     """Michel et al.'s importance ``E_x |dL(x)/dxi_h|`` for every head.
 
     Args:
-        model: BERT-layout classifier; put in eval mode by the caller. Its weights get no gradient.
+        model: a classifier of a supported family; put in eval mode by the caller. Its weights get no gradient.
         batches: iterable of batches (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``).
         num_layers, num_heads: L and H.
         estimator: "example" or "token" (see module docstring).

@@ -43,7 +43,7 @@ from torch import nn
 
 from methods.attention import attention_maps
 from methods.base import HeadPruner, PruningContext, PruningResult
-from methods.heads import get_layout
+from methods.heads import LAYOUTS, get_layout
 from methods.options import Interval, OptionError
 from methods.registry import register
 
@@ -234,19 +234,36 @@ ARCHITECTURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_la
                        "type_vocab_size", "position_embedding_type", "pruned_heads")
 
 
+def _max_tokens(config) -> int | None:
+    """The longest input the model of ``config`` takes (its family adapter's ``max_tokens``; the config's
+    ``max_position_embeddings`` for a family without one); None when unknown or unlimited."""
+    if config is None:
+        return None
+    if getattr(config, "model_type", None) in LAYOUTS:
+        return LAYOUTS[config.model_type].max_tokens(config)
+    return getattr(config, "max_position_embeddings", None)
+
+
+TASK_HEAD_MODULES = ("pooler",)
+"""Modules of an encoder (``model.base_model``) that belong to the task head and stay out of :func:`model_digest`."""
+
+
 def model_digest(model: nn.Module) -> str:
     """Short digest of what an encoder's attention maps depend on (cache key): the architecture fields of its config
-    and every tensor of its embeddings and encoder. The task head (pooler, classifier, label names) is left out, so
-    the pre-trained encoder loaded for different tasks gives the same digest."""
+    and every tensor of its encoder (``model.base_model``: embeddings and layers, of any family). The task head
+    (pooler, classifier, label names) is left out, so the pre-trained encoder loaded for different tasks gives the
+    same digest."""
     base = get_layout(model).base
     h = hashlib.blake2b(digest_size=12)
     config = getattr(model, "config", None)
     fields = {k: getattr(config, k, None) for k in ARCHITECTURE_FIELDS}
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
-    for part in (base.embeddings, base.encoder):
-        for name, tensor in part.state_dict().items():
-            h.update(name.encode())
-            h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for name, tensor in base.state_dict().items():
+        if name.split(".", 1)[0] in TASK_HEAD_MODULES:
+            continue
+        # BERT-family names relative to their module, as before the other families came: the same digests.
+        h.update(name.split(".", 1)[1].encode() if name.startswith(("embeddings.", "encoder.")) else name.encode())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -293,13 +310,15 @@ class RedundancyPruner(HeadPruner):
         """Also: the random sequences (``seq_length`` tokens) must fit the model's position embeddings.
 
         Raises:
-            OptionError: ``seq_length`` above ``max_position_embeddings``.
+            OptionError: ``seq_length`` above the tokens the model's position embeddings take (its family's
+                :meth:`~methods.heads.layout.HeadLayout.max_tokens`: ``max_position_embeddings``, fewer for
+                RoBERTa).
         """
         super().check_setup(num_layers, num_heads, target_heads, model_config)
-        max_pos = getattr(model_config, "max_position_embeddings", None)
-        if max_pos is not None and self.options["seq_length"] > max_pos:
-            raise OptionError(f"{self.name}: option seq_length ({self.options['seq_length']}) exceeds the model's "
-                              f"max_position_embeddings ({max_pos})")
+        max_tokens = _max_tokens(model_config)
+        if max_tokens is not None and self.options["seq_length"] > max_tokens:
+            raise OptionError(f"{self.name}: option seq_length ({self.options['seq_length']}) exceeds the "
+                              f"{max_tokens} tokens the model's position embeddings take")
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Steps 1-5 of the module docstring (RECONSTRUCTION): the redundancy matrix (cached, see the module
@@ -322,10 +341,10 @@ class RedundancyPruner(HeadPruner):
             source = context.load_pretrained()
         else:
             source = model
-        max_pos = getattr(getattr(source, "config", None), "max_position_embeddings", None)
-        if max_pos is not None and opts["seq_length"] > max_pos:
-            raise ValueError(f"redundancy: seq_length={opts['seq_length']} exceeds the model's "
-                             f"max_position_embeddings={max_pos}")
+        max_tokens = _max_tokens(getattr(source, "config", None))
+        if max_tokens is not None and opts["seq_length"] > max_tokens:
+            raise ValueError(f"redundancy: seq_length={opts['seq_length']} exceeds the {max_tokens} tokens the "
+                             f"model's position embeddings take")
         info = context.tokenizer_info
         digest = model_digest(source)
         key = (digest, int(context.seed), opts["num_sequences"], opts["seq_length"], opts["distance"],

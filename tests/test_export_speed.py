@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 from transformers import (AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertForSequenceClassification,
-                          DistilBertConfig, DistilBertForSequenceClassification)
+                          GPT2Config, GPT2ForSequenceClassification)
 
 from methods.heads import apply_head_mask, export_pruned
 
@@ -123,11 +123,11 @@ def test_the_folder_is_complete_and_stock_transformers_alone_refuses_it(exported
     for label, _, model, mask, _, folder, _, stock in exported:
         config = json.loads((folder / "config.json").read_text())
         assert config["auto_map"] == {
-            "AutoModelForSequenceClassification": "modeling_pruned_bert.PrunedBertForSequenceClassification"}
+            "AutoModelForSequenceClassification": "modeling_pruned.PrunedBertForSequenceClassification"}
         assert {int(k): v for k, v in config["pruned_heads"].items()} == {
             layer: [h for h in range(mask.shape[1]) if mask[layer, h] == 0] for layer in range(mask.shape[0])
             if (mask[layer] == 0).any()}
-        assert (folder / "modeling_pruned_bert.py").exists() and (folder / "model.safetensors").exists()
+        assert (folder / "modeling_pruned.py").exists() and (folder / "model.safetensors").exists()
         assert (folder / "tokenizer.json").exists() == (label == "minilm")
         assert "mismatch" in stock.lower(), stock[:300]
         assert model.bert.encoder.layer[1].attention.self.num_attention_heads == model.config.num_attention_heads
@@ -142,10 +142,9 @@ def test_export_leaves_the_model_untouched_and_refuses_other_architectures(tmp_p
     assert model.state_dict().keys() == before.keys()
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
     assert not getattr(model.config, "pruned_heads", None)
-    distil = DistilBertForSequenceClassification(DistilBertConfig(vocab_size=50, dim=16, n_layers=2, n_heads=2,
-                                                                  hidden_dim=20))
-    with pytest.raises(ValueError, match="DistilBertForSequenceClassification is not a BertForSequenceClassification"):
-        export_pruned(distil, torch.ones(2, 2), tmp_path / "distil")
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32))
+    with pytest.raises(ValueError, match="GPT2ForSequenceClassification .* is not one of the sequence classifiers"):
+        export_pruned(gpt2, torch.ones(2, 2), tmp_path / "gpt2")
     with pytest.raises(ValueError, match="binary"):
         export_pruned(model, torch.full((2, 4), 0.5), tmp_path / "half")
 

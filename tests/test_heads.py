@@ -15,13 +15,13 @@ import copy
 import pytest
 import torch
 from transformers import (
+    AlbertConfig,
+    AlbertForSequenceClassification,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
     BertForSequenceClassification,
     BertModel,
-    DistilBertConfig,
-    DistilBertForSequenceClassification,
     GPT2Config,
     GPT2ForSequenceClassification,
 )
@@ -591,15 +591,16 @@ def test_structural_ops_reject_fractional_masks(tiny):
     "build",
     [
         lambda: GPT2ForSequenceClassification(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32)),
-        lambda: DistilBertForSequenceClassification(
-            DistilBertConfig(vocab_size=50, dim=16, n_layers=2, n_heads=2, hidden_dim=20, max_position_embeddings=32)
+        lambda: AlbertForSequenceClassification(
+            AlbertConfig(vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=20,
+                         embedding_size=8, num_hidden_layers=2)
         ),
     ],
-    ids=["gpt2", "distilbert"],
+    ids=["gpt2", "albert"],
 )
 def test_unsupported_architecture(build):
     model = build()
-    with pytest.raises(UnsupportedArchitectureError, match="bert") as info:
+    with pytest.raises(UnsupportedArchitectureError, match="bert, roberta") as info:
         get_layout(model)
     assert type(model).__name__ in str(info.value)
     assert model.config.model_type in str(info.value)

@@ -207,7 +207,7 @@ def test_an_append_waiting_for_the_lock_follows_a_replaced_file(tmp_path, monkey
     (["--methods", "confidence", "--option", "confidence.min_heads_per_layer=12"],
      "option min_heads_per_layer=12 cannot be met: cannot prune 22 of 72 heads while keeping 12 in each of 6"),
     (["--methods", "redundancy", "--option", "redundancy.seq_length=100000"],
-     "option seq_length (100000) exceeds the model's max_position_embeddings (512)"),
+     "option seq_length (100000) exceeds the 512 tokens the model's position embeddings take"),
 ])
 def test_bad_seeds_and_option_ranges_are_refused_before_any_training(glue_dir, tmp_path, extra, message):
     res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--out", str(tmp_path / "o"),

@@ -415,6 +415,8 @@ def test_cli_list_and_bad_options(glue_dir, tmp_path):
     assert res.exit_code == 0 and "michel" in res.output and "glue-small" in res.output and "smoke" in res.output
     presets = res.output.split("presets:")[1]
     assert "auber: episodes=150" in presets  # the quick preset's sizing is shown, not only the defaults
+    families = res.output.split("model families (--model):")[1].split("presets:")[0]
+    assert "roberta, xlm-roberta" in families and "deberta-v2     model types: deberta-v2; attention: eager\n" in families
     cases = [
         (["--tasks", "mrcp"], "did you mean 'mrpc'"),
         (["--methods", "michell"], "did you mean 'michel'"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, DataCollatorWithPadding, DistilBertConfig
+from transformers import AlbertConfig, BertConfig, BertForSequenceClassification, DataCollatorWithPadding
 
 from benchmark import models, tasks, training
 from benchmark.config import ConfigError, parse_budget
@@ -118,8 +118,9 @@ def test_model_alias_and_unsupported_architecture(tmp_path):
     path = models.resolve_model("minilm-l6")
     assert (models.Path(path) / "config.json").exists()
     assert models.check_architecture("minilm-l6").model_type == "bert"
-    DistilBertConfig(vocab_size=50, dim=32, n_layers=1, n_heads=2, hidden_dim=40).save_pretrained(tmp_path)
-    with pytest.raises(UnsupportedArchitectureError, match=r"model_type='distilbert'; supported: bert"):
+    AlbertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=40).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedArchitectureError, match=r"model_type='albert'; supported: bert, roberta"):
         models.check_architecture(str(tmp_path))
 
 

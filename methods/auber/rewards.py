@@ -72,7 +72,7 @@ class Scorer:
     """Scores pruned sets of one layer's heads on fixed mini-dev batches, given the heads already pruned.
 
     Args:
-        model: a BERT-layout sequence classifier (put in eval mode here).
+        model: a sequence classifier of a supported family (put in eval mode here).
         batches: mini-dev batches (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``).
         layer: the layer whose heads vary.
         base_mask: ``[L, H]`` heads already pruned in the other layers (row ``layer`` is ignored).
@@ -148,8 +148,10 @@ class FastScorer(Scorer):
             :class:`FastScorerUnsupported` when the logits differ by more than :meth:`rounding_tolerance`.
 
     Raises:
-        FastScorerUnsupported: not a ``BertForSequenceClassification``-like model (``.classifier`` and a pooler),
-            a decoder configuration, or a failed check.
+        FastScorerUnsupported: not a ``BertForSequenceClassification``-like model (BERT family, ``.classifier``
+            and a pooler), a decoder configuration, or a failed check. The other families (RoBERTa, XLM-R, ELECTRA,
+            DistilBERT, DeBERTa: no pooler in the encoder, other classifier heads) fail the first test and use
+            :class:`NaiveScorer`.
     """
 
     def __init__(self, model: nn.Module, batches: list[dict[str, torch.Tensor]], layer: int,
@@ -160,7 +162,8 @@ class FastScorer(Scorer):
         base = layout.base
         config = layout.config
         if getattr(base, "pooler", None) is None or not isinstance(getattr(model, "classifier", None), nn.Module):
-            raise FastScorerUnsupported("fast rewards need a pooler and a .classifier (BertForSequenceClassification)")
+            raise FastScorerUnsupported("fast rewards need an encoder with a pooler and a .classifier "
+                                        "(BertForSequenceClassification); this model scores with full forward passes")
         if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
             raise FastScorerUnsupported("fast rewards support encoder (non-decoder) BERT models only")
         if layout.is_pruned():

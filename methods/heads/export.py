@@ -1,8 +1,8 @@
 """A pruned model as a Hugging Face folder that stock transformers loads (part of :mod:`methods.heads`).
 
 :func:`export_pruned` removes the pruned heads physically (:func:`~methods.heads.remove_heads`) from a copy of a
-``BertForSequenceClassification`` and saves it with its tokenizer and the file ``modeling_pruned_bert.py``
-(:mod:`methods.heads.modeling_pruned_bert`, named in ``config.json``'s ``auto_map``), so that
+sequence classifier of any supported family and saves it with its tokenizer and the file ``modeling_pruned.py``
+(:mod:`methods.heads.modeling_pruned`, whose family class ``config.json``'s ``auto_map`` names), so that
 ``AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)`` rebuilds the uneven
 per-layer head counts without this package.
 """
@@ -15,36 +15,47 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from methods.heads.modeling_pruned import CLASSES
 from methods.heads.removal import remove_heads, save_pruned
 
-REMOTE_FILE = "modeling_pruned_bert.py"
-REMOTE_CLASS = "PrunedBertForSequenceClassification"
+REMOTE_FILE = "modeling_pruned.py"
+REMOTE_CLASSES = {model_type: cls.__name__ for model_type, cls in CLASSES.items()}
+"""``config.model_type`` -> the class of :mod:`methods.heads.modeling_pruned` named in ``auto_map``."""
+
+
+_STOCK_CLASSES = {model_type: cls.__bases__[-1] for model_type, cls in CLASSES.items()}
+"""``config.model_type`` -> the stock transformers class an export accepts (the one its remote class extends)."""
 
 
 def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) -> Path:
     """Write ``model`` with the heads of ``mask == 0`` physically removed to ``folder``; ``model`` is untouched.
 
     Args:
-        model: a ``BertForSequenceClassification`` (full or partly pruned), on any device.
+        model: a sequence classifier of a supported family (``BertForSequenceClassification``,
+            ``RobertaForSequenceClassification``, ``XLMRobertaForSequenceClassification``,
+            ``ElectraForSequenceClassification``, ``DistilBertForSequenceClassification``,
+            ``DebertaV2ForSequenceClassification``), full or partly pruned, on any device.
         mask: binary ``[L, H]`` in original head indexing, 0 = remove (heads already removed stay removed).
         folder: the output folder (created; files of the same names are overwritten).
         tokenizer: optional Hugging Face tokenizer, saved beside so the folder is complete.
 
     Returns:
         the folder, holding ``config.json`` (``pruned_heads``, ``auto_map``), ``model.safetensors``, the tokenizer's
-        files and ``modeling_pruned_bert.py``.
+        files and ``modeling_pruned.py``.
 
     Raises:
-        ValueError: ``model`` is not a ``BertForSequenceClassification``; a mask of the wrong shape or not binary.
+        ValueError: ``model`` is not one of those classes; a mask of the wrong shape or not binary.
     """
-    from transformers import BertForSequenceClassification
-
-    if not isinstance(model, BertForSequenceClassification):
-        raise ValueError(f"export_pruned: {type(model).__name__} is not a BertForSequenceClassification (the "
-                         f"exported modeling file builds that class)")
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    stock = _STOCK_CLASSES.get(model_type)
+    if stock is None or not isinstance(model, stock):  # the Pruned* classes of an exported folder extend them
+        raise ValueError(f"export_pruned: {type(model).__name__} (model_type={model_type!r}) is not one of the "
+                         f"sequence classifiers the exported modeling file builds: "
+                         f"{', '.join(sorted({c.__name__ for c in _STOCK_CLASSES.values()}))}")
     work = remove_heads(copy.deepcopy(model).cpu(), mask)
-    work.config.auto_map = {"AutoModelForSequenceClassification": f"{REMOTE_FILE[:-3]}.{REMOTE_CLASS}"}
-    work.config.architectures = [REMOTE_CLASS]
+    remote_class = REMOTE_CLASSES[model_type]
+    work.config.auto_map = {"AutoModelForSequenceClassification": f"{REMOTE_FILE[:-3]}.{remote_class}"}
+    work.config.architectures = [remote_class]
     folder = Path(folder)
     save_pruned(work, folder, tokenizer)
     shutil.copyfile(Path(__file__).with_name(REMOTE_FILE), folder / REMOTE_FILE)
@@ -52,39 +63,49 @@ def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) 
 
 
 class _LogitsOnly(nn.Module):
-    """``(input_ids, attention_mask, token_type_ids) -> logits``: the signature of the ONNX graph."""
+    """``(input_ids, attention_mask[, token_type_ids]) -> logits``: the signature of the ONNX graph."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
 
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+"""Every input an exported graph may take (:func:`onnx_inputs` says which one model's graph takes)."""
+
+
+def onnx_inputs(model: nn.Module) -> tuple[str, ...]:
+    """The inputs of ``model``'s ONNX graph: :data:`ONNX_INPUTS`, without ``token_type_ids`` for a model without
+    token type embeddings (DistilBERT; DeBERTa-v3's ``type_vocab_size`` 0), whose forward does not read them."""
+    uses_types = int(getattr(model.config, "type_vocab_size", 0) or 0) > 0
+    return ONNX_INPUTS if uses_types else ONNX_INPUTS[:2]
 
 
 def export_onnx(model: nn.Module, path, example: dict[str, torch.Tensor]) -> Path:
     """Write ``model`` (e.g. loaded from an :func:`export_pruned` folder) as an ONNX graph with the inputs
-    :data:`ONNX_INPUTS` (each ``[batch, sequence]`` int64, both dimensions dynamic; ``token_type_ids`` is 0 for
-    the first sentence and 1 for the second, as the tokenizer returns them) and the output ``logits``
-    (``[batch, num_labels]``), through ``torch.onnx.export(..., dynamo=True)``.
+    :func:`onnx_inputs` (each ``[batch, sequence]`` int64, both dimensions dynamic; ``token_type_ids``, where the
+    model has them, is 0 for the first sentence and 1 for the second, as the tokenizer returns them) and the output
+    ``logits`` (``[batch, num_labels]``), through ``torch.onnx.export(..., dynamo=True)``.
 
     Args:
         model: a sequence classifier, fp32, on the CPU.
         path: the ``.onnx`` file to write (large weights go to ``<path>.data`` beside it; keep the two together).
-        example: the three inputs of one batch (traced; other shapes work afterwards).
+        example: the inputs of one batch (traced; other shapes work afterwards).
 
     Raises:
         ImportError: ``onnx`` / ``onnxscript`` are not installed (the ``onnx`` extra).
         KeyError: ``example`` lacks one of the inputs.
     """
     path = Path(path)
-    dynamic = {name: {0: "batch", 1: "sequence"} for name in ONNX_INPUTS}
-    args = tuple(example[name].cpu() for name in ONNX_INPUTS)
+    names = onnx_inputs(model)
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in names}
+    args = tuple(example[name].cpu() for name in names)
     with torch.no_grad():
-        torch.onnx.export(_LogitsOnly(model).eval(), args, str(path), input_names=list(ONNX_INPUTS),
+        torch.onnx.export(_LogitsOnly(model).eval(), args, str(path), input_names=list(names),
                           output_names=["logits"], dynamic_shapes=dynamic, dynamo=True, verbose=False)
     return path

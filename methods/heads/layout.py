@@ -1,5 +1,6 @@
-"""Where a BERT-layout encoder keeps its attention modules, and the ``[L, H]`` mask <-> ``config.pruned_heads``
-helpers (part of :mod:`methods.heads`; import from there).
+"""The layout-adapter interface (where an encoder keeps its attention modules; one implementation per family in
+:mod:`methods.heads.families`) and the ``[L, H]`` mask <-> ``config.pruned_heads`` helpers (part of
+:mod:`methods.heads`; import from there).
 
 Head indices are always ORIGINAL indices ``0..H-1``; ``model.config.pruned_heads`` records the physically removed
 heads as ``{str(layer): sorted list of original head indices}``, like ``config.pruned_heads`` in HF transformers 4.x.
@@ -8,105 +9,164 @@ Notation: L layers, H heads per layer (original), d head size.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
 
 # --------------------------------------------------------------------------------------------
-# Architecture adapter
+# Architecture adapter: the interface every encoder family implements (methods.heads.families)
 # --------------------------------------------------------------------------------------------
 
 
 class UnsupportedArchitectureError(ValueError):
-    """Raised when a model does not have a supported (BERT) layout.
+    """Raised when a model's family has no layout adapter, or its modules are not where the adapter expects.
 
-    The message names the model class, the ``config.model_type`` found and the supported
-    model types.
+    The message names the model class, the ``config.model_type`` found and the supported model types.
     """
 
 
-class BertLayout:
-    """The one adapter that knows where a BERT-layout model keeps its attention modules.
+class HeadLayout:
+    """Where an encoder family keeps its layers, heads, Q/K/V and attention output projection, and how its
+    modules change when heads are removed. One subclass per family (:mod:`methods.heads.families`); everything
+    else (masking, zeroing, removal, export, every method) goes through this interface only.
 
-    Accepts ``BertModel``, any ``Bert*`` task model (``BertForSequenceClassification``, ...),
-    or anything whose ``.bert`` / ``.base_model`` is a BERT-layout encoder
-    (``embeddings`` + ``encoder.layer[i].attention.{self,output}``).
+    The interface, per layer ``l`` (ORIGINAL head indices ``0..H-1`` everywhere):
 
-    Attributes (all from the ORIGINAL, unpruned architecture in ``model.config``):
-        num_layers (int): L.
-        num_heads (int): H, heads per layer before any pruning.
-        head_size (int): d = hidden_size // H.
-        hidden_size (int): model width.
+    * :meth:`encoder_layers` the ``nn.ModuleList`` of L layers; :meth:`self_attention` the module that holds the
+      per-head projections (replaced by an empty stand-in when every head goes);
+    * :meth:`head_projections`: every Linear whose output rows come in per-head blocks of d rows, by attribute
+      name on the self-attention module (Q, K, V, and DeBERTa's separate relative-position projections);
+      :meth:`query` / :meth:`key` / :meth:`value`;
+    * :meth:`output_dense` / :meth:`set_output_dense`: the attention output projection W_O, whose input columns
+      come in per-head blocks (its bias is not per head and stays);
+    * :meth:`set_head_count` the module attributes that count heads; :meth:`empty_self_attention` the stand-in
+      of a layer without heads (its attention block then adds only W_O's bias).
+
+    Class attributes:
+        family (str): the family's name; model_types (tuple[str, ...]): the ``config.model_type`` values served;
+        projection_names (tuple[str, str, str]): attribute names of Q, K, V on the self-attention module;
+        attn_implementations (tuple[str, ...]): attention kernels the family's classes offer (``"eager"`` first);
+        removes (str): what removing a head removes, in words (README, closing notes).
+
+    Instance attributes (from the ORIGINAL, unpruned architecture in ``model.config``):
+        num_layers (int): L. num_heads (int): H. head_size (int): d. hidden_size (int): model width.
+        base: the encoder (``model.base_model``: embeddings + layers). config: ``model.config``.
 
     Raises:
-        UnsupportedArchitectureError: ``config.model_type`` is not in
-            :attr:`supported_model_types`, or the module layout is not BERT's.
+        UnsupportedArchitectureError: ``config.model_type`` is not one of :attr:`model_types`, or the modules are
+            not where the family keeps them.
 
-    Source: HF transformers ``modeling_bert.py`` (module names); protocol.md §9.
+    Source: protocol.md §9; the family's ``modeling_*.py`` in HF transformers (module names).
     """
 
-    supported_model_types: tuple[str, ...] = ("bert",)
+    family: ClassVar[str] = ""
+    model_types: ClassVar[tuple[str, ...]] = ()
+    projection_names: ClassVar[tuple[str, str, str]] = ("query", "key", "value")
+    attn_implementations: ClassVar[tuple[str, ...]] = ("eager", "sdpa")
+    removes: ClassVar[str] = ""
 
     def __init__(self, model: nn.Module):
         config = getattr(model, "config", None)
         model_type = getattr(config, "model_type", None)
-        if model_type not in self.supported_model_types:
+        if model_type not in self.model_types:
             raise UnsupportedArchitectureError(
-                f"{type(model).__name__} (model_type={model_type!r}) is not supported; "
-                f"supported model types: {self.supported_model_types}"
+                f"{type(model).__name__} (model_type={model_type!r}) is not of the {self.family} family "
+                f"(model types {self.model_types})"
             )
+        self.config = config
         self.base = self._find_base(model)
         if self.base is None:
             raise UnsupportedArchitectureError(
-                f"{type(model).__name__} (model_type={model_type!r}) has no BERT-layout encoder "
-                f"(.embeddings and .encoder.layer[i].attention.self/.output); "
-                f"supported model types: {self.supported_model_types}"
+                f"{type(model).__name__} (model_type={model_type!r}) has no {self.family} encoder where the "
+                f"{type(self).__name__} adapter looks for it ({self.where})"
             )
-        self.config = config
         self.num_layers: int = config.num_hidden_layers
         self.num_heads: int = config.num_attention_heads
         self.hidden_size: int = config.hidden_size
-        self.head_size: int = config.hidden_size // config.num_attention_heads
+        self.head_size: int = self.head_size_of(config)
+
+    where: ClassVar[str] = ""
+    """Where the adapter looks for the layers, for error messages."""
 
     @staticmethod
-    def _find_base(model: nn.Module) -> nn.Module | None:
-        for candidate in (model, getattr(model, "bert", None), getattr(model, "base_model", None)):
-            layers = getattr(getattr(candidate, "encoder", None), "layer", None)
-            if (
-                hasattr(candidate, "embeddings")
-                and isinstance(layers, nn.ModuleList)
-                and all(hasattr(layer, "attention") for layer in layers)
-            ):
+    def head_size_of(config) -> int:
+        """d: ``config.attention_head_size`` when the config sets it (a DeBERTa-v2 field; transformers 5.24 builds but
+        cannot run a model whose d differs from hidden // H), else hidden // H."""
+        return int(getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads)
+
+    @classmethod
+    def max_tokens(cls, config) -> int | None:
+        """The longest input (tokens) the family's embeddings take: ``max_position_embeddings`` (RoBERTa / XLM-R:
+        fewer, see :class:`~methods.heads.families.RobertaLayout`); None when no absolute position limits it."""
+        return int(config.max_position_embeddings)
+
+    def _find_base(self, model: nn.Module) -> nn.Module | None:
+        for candidate in (model, getattr(model, "base_model", None)):
+            if candidate is None:
+                continue
+            layers = self._layers_of(candidate)
+            if isinstance(layers, nn.ModuleList) and len(layers) > 0 and hasattr(candidate, "embeddings"):
                 return candidate
         return None
 
-    def encoder_layers(self) -> nn.ModuleList:
-        """The encoder's ``nn.ModuleList`` of L transformer layers."""
-        return self.base.encoder.layer
+    # ------------------------------------------------------------------ what a family defines
 
-    def attention(self, layer: int) -> nn.Module:
-        """``BertAttention`` of ``layer``: ``.self`` (Q/K/V + attention) and ``.output``."""
-        return self.encoder_layers()[layer].attention
+    def _layers_of(self, base: nn.Module) -> nn.ModuleList | None:
+        """The ModuleList of layers of a candidate encoder, or None."""
+        raise NotImplementedError
 
     def self_attention(self, layer: int) -> nn.Module:
-        """The self-attention module (``BertSelfAttention`` or the empty stand-in)."""
-        return self.attention(layer).self
+        """The module holding the per-head projections of ``layer`` (or the empty stand-in)."""
+        raise NotImplementedError
 
-    def query(self, layer: int) -> nn.Linear:
-        """Query projection, weight ``[n_present*d, hidden]``."""
-        return self.self_attention(layer).query
-
-    def key(self, layer: int) -> nn.Linear:
-        """Key projection, weight ``[n_present*d, hidden]``."""
-        return self.self_attention(layer).key
-
-    def value(self, layer: int) -> nn.Linear:
-        """Value projection, weight ``[n_present*d, hidden]``."""
-        return self.self_attention(layer).value
+    def set_self_attention(self, layer: int, module: nn.Module) -> None:
+        """Replace the self-attention module of ``layer``."""
+        raise NotImplementedError
 
     def output_dense(self, layer: int) -> nn.Linear:
         """Attention output projection W_O, weight ``[hidden, n_present*d]``, bias ``[hidden]``."""
-        return self.attention(layer).output.dense
+        raise NotImplementedError
+
+    def set_output_dense(self, layer: int, linear: nn.Linear) -> None:
+        """Replace W_O of ``layer``."""
+        raise NotImplementedError
+
+    def set_head_count(self, layer: int, heads: int) -> None:
+        """Set the self-attention module's head-count attributes after removal (``heads >= 1``)."""
+        module = self.self_attention(layer)
+        module.num_attention_heads = heads
+        module.all_head_size = heads * self.head_size
+
+    def empty_self_attention(self, layer: int, projections: dict[str, nn.Linear], output: nn.Linear) -> nn.Module:
+        """The stand-in for ``layer``'s self-attention once every head is removed (zero-width ``projections``,
+        ``output`` the sliced W_O with 0 input columns)."""
+        return EmptySelfAttention(projections, self.projection_names[2], self.head_size)
+
+    # ------------------------------------------------------------------ derived, the same for every family
+
+    def encoder_layers(self) -> nn.ModuleList:
+        """The encoder's ``nn.ModuleList`` of L transformer layers."""
+        return self._layers_of(self.base)
+
+    def head_projections(self, layer: int) -> dict[str, nn.Linear]:
+        """Every Linear of the self-attention module whose output rows are per-head blocks of d rows, by attribute
+        name (Q, K, V first)."""
+        module = self.self_attention(layer)
+        return {name: getattr(module, name) for name in self.projection_names}
+
+    def query(self, layer: int) -> nn.Linear:
+        """Query projection, weight ``[n_present*d, hidden]``."""
+        return getattr(self.self_attention(layer), self.projection_names[0])
+
+    def key(self, layer: int) -> nn.Linear:
+        """Key projection, weight ``[n_present*d, hidden]``."""
+        return getattr(self.self_attention(layer), self.projection_names[1])
+
+    def value(self, layer: int) -> nn.Linear:
+        """Value projection, weight ``[n_present*d, hidden]``."""
+        return getattr(self.self_attention(layer), self.projection_names[2])
 
     def heads_present(self, layer: int) -> list[int]:
         """Sorted ORIGINAL indices of the heads of ``layer`` still physically present.
@@ -125,13 +185,43 @@ class BertLayout:
         )
 
 
-def get_layout(model: nn.Module) -> BertLayout:
-    """Return the layout adapter for ``model``.
+class EmptySelfAttention(nn.Module):
+    """Stand-in for a self-attention module whose heads were all removed.
 
-    Raises:
-        UnsupportedArchitectureError: the model is not of a supported layout.
+    Keeps the zero-width per-head projections (``[0, hidden]`` weights, no parameters counted) under their
+    family's attribute names, so the state-dict keys and the layout accessors stay uniform. ``forward`` returns
+    ``([B, T, 0] tensor, None)``, or, when the family keeps W_O inside the self-attention module (DistilBERT's
+    ``out_lin``), ``(W_O([B, T, 0]), None)``: W_O's bias broadcast to ``[B, T, hidden]``. With
+    ``output_attentions=True`` such a layer contributes no attention map (transformers records only its own
+    attention classes).
+
+    Args:
+        projections: ``{attribute name: zero-width Linear}``.
+        value_name: which of them is the value projection.
+        head_size: d.
+        output: ``(attribute name, W_O)`` when W_O belongs to this module, else None.
     """
-    return BertLayout(model)
+
+    def __init__(self, projections: dict[str, nn.Linear], value_name: str, head_size: int,
+                 output: tuple[str, nn.Linear] | None = None):
+        super().__init__()
+        for name, linear in projections.items():
+            setattr(self, name, linear)
+        self.value_name = value_name
+        self.output_name = None
+        if output is not None:
+            self.output_name = output[0]
+            setattr(self, output[0], output[1])
+        self.num_attention_heads = 0
+        self.attention_head_size = head_size
+        self.all_head_size = 0
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        """``hidden_states`` ``[B, T, hidden]`` -> (``[B, T, 0]`` or ``[B, T, hidden]``, no attention weights)."""
+        out = getattr(self, self.value_name)(hidden_states)
+        if self.output_name is not None:
+            out = getattr(self, self.output_name)(out)
+        return out, None
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from methods.heads.layout import BertLayout, get_layout
+from methods.heads.families import get_layout
+from methods.heads.layout import HeadLayout
 
 
 # --------------------------------------------------------------------------------------------
@@ -18,7 +19,7 @@ from methods.heads.layout import BertLayout, get_layout
 # --------------------------------------------------------------------------------------------
 
 
-def _check_gate_mask(layout: BertLayout, mask) -> torch.Tensor:
+def _check_gate_mask(layout: HeadLayout, mask) -> torch.Tensor:
     """Validate a gate mask ``[L, H]``, ``[B, L, H]`` or ``[B, T, L, H]``; keep it as given
     (same tensor object, so gradients reach the caller's leaf)."""
     if not isinstance(mask, torch.Tensor):
@@ -45,7 +46,7 @@ class HeadMask:
     ``with apply_head_mask(model, m) as hm: ...`` removes the hooks on exit.
     """
 
-    def __init__(self, layout: BertLayout, mask: torch.Tensor):
+    def __init__(self, layout: HeadLayout, mask: torch.Tensor):
         self.layout = layout
         self.mask = _check_gate_mask(layout, mask)
         self._handles: list = []
@@ -101,7 +102,7 @@ def apply_head_mask(model: nn.Module, mask: torch.Tensor) -> HeadMask:
     (multiplication by 1.0 is exact).
 
     Args:
-        model: a BERT-layout model (see :class:`BertLayout`), not physically pruned.
+        model: a model of a supported family (:func:`~methods.heads.families.get_layout`), not physically pruned.
         mask: float tensor, 1 keep, 0 prune, fractional = gate. Shapes: ``[L, H]`` (all
             examples), ``[B, L, H]`` (per example: one backward gives per-example gate
             gradients), ``[B, T, L, H]`` (per token). Moved/cast to the hidden states'
@@ -111,7 +112,7 @@ def apply_head_mask(model: nn.Module, mask: torch.Tensor) -> HeadMask:
         :class:`HeadMask` handle (``.set_mask``, ``.remove``, context manager).
 
     Raises:
-        UnsupportedArchitectureError: not a BERT-layout model.
+        UnsupportedArchitectureError: not a model of a supported family.
         ValueError: wrong mask shape (message names the expected ``[L, H]``), or the model has
             physically removed heads (masking a pruned model is not supported). A ``[B, ...]``
             mask whose B (or T) does not match the input raises ValueError at forward time.

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from methods.heads.layout import BertLayout, _pruned_heads_dict, get_layout, mask_from_pruned_heads
+from methods.heads.families import get_layout
+from methods.heads.layout import HeadLayout, _pruned_heads_dict, mask_from_pruned_heads
 
 
 # --------------------------------------------------------------------------------------------
@@ -23,7 +24,7 @@ from methods.heads.layout import BertLayout, _pruned_heads_dict, get_layout, mas
 # --------------------------------------------------------------------------------------------
 
 
-def _check_structural_mask(layout: BertLayout, mask) -> torch.Tensor:
+def _check_structural_mask(layout: HeadLayout, mask) -> torch.Tensor:
     """Validate a binary ``[L, H]`` mask for weight edits; return it as a CPU tensor."""
     mask = torch.as_tensor(mask).detach().cpu()
     expected = (layout.num_layers, layout.num_heads)
@@ -50,7 +51,7 @@ def zero_value_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
     ``probs @ 0 = 0``. Heads already physically removed are skipped.
 
     Args:
-        model: a BERT-layout model (may be partially pruned).
+        model: a model of a supported family (may be partially pruned).
         mask: binary ``[L, H]`` in original head indexing, 0 = prune.
 
     Returns:
@@ -72,7 +73,7 @@ def scale_value_heads(model: nn.Module, gates: torch.Tensor) -> nn.Module:
     removed are skipped.
 
     Args:
-        model: a BERT-layout model (may be partially pruned).
+        model: a model of a supported family (may be partially pruned).
         gates: ``[L, H]`` float, original head indexing.
 
     Returns:
@@ -118,42 +119,20 @@ def _select(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     return new
 
 
-class EmptySelfAttention(nn.Module):
-    """Stand-in for a self-attention module whose heads were all removed.
-
-    Keeps zero-width ``query``/``key``/``value`` Linears (``[0, hidden]`` weights, no
-    parameters counted) so the state-dict keys and the layout accessors stay uniform.
-    ``forward`` returns ``([B, T, 0] tensor, None)``; the output projection (``in_features``
-    0) then adds only its bias. With ``output_attentions=True`` such a layer contributes no
-    entry to ``outputs.attentions`` (transformers records only ``BertSelfAttention`` modules).
-    """
-
-    def __init__(self, query: nn.Linear, key: nn.Linear, value: nn.Linear, head_size: int):
-        super().__init__()
-        self.query, self.key, self.value = query, key, value
-        self.num_attention_heads = 0
-        self.attention_head_size = head_size
-        self.all_head_size = 0
-
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        """``hidden_states`` ``[B, T, hidden]`` -> (``[B, T, 0]``, no attention weights)."""
-        return self.value(hidden_states), None
-
-
 def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
     """Physically remove pruned heads (mask == 0), in place.
 
-    For each layer, slices the removed heads' Q/K/V rows (and bias entries) and the output
-    projection's input columns (its bias is kept), and updates the self-attention module's
-    ``num_attention_heads`` / ``all_head_size``. A layer that loses ALL heads gets an
-    :class:`EmptySelfAttention` whose output ``[B, T, 0]`` makes the attention block add only
-    W_O's bias. Removed heads are merged into ``model.config.pruned_heads`` as
+    For each layer, slices the removed heads' rows (and bias entries) out of every per-head projection of the
+    family (Q/K/V; DeBERTa's relative-position projections too: :meth:`HeadLayout.head_projections`) and their
+    input columns out of the output projection (its bias is kept), and updates the self-attention module's head
+    counts. A layer that loses ALL heads gets the family's :class:`~methods.heads.layout.EmptySelfAttention`, so
+    the attention block adds only W_O's bias. Removed heads are merged into ``model.config.pruned_heads`` as
     ``{str(layer): sorted list of original head indices}``. Removing an already removed head
     is a no-op, so the function works on partially pruned models and incremental calls equal
     one call with the combined mask.
 
     Args:
-        model: a BERT-layout model.
+        model: a model of a supported family (:func:`~methods.heads.families.get_layout`).
         mask: binary ``[L, H]`` in ORIGINAL head indexing, 0 = remove.
 
     Returns:
@@ -172,7 +151,6 @@ def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
     recorded = _pruned_heads_dict(model.config)
     for layer in range(layout.num_layers):
         present = layout.heads_present(layer)
-        attn_self = layout.self_attention(layer)
         if layout.query(layer).out_features != len(present) * d:
             raise ValueError(
                 f"layer {layer}: query has {layout.query(layer).out_features} rows but "
@@ -183,17 +161,16 @@ def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
             continue
         keep_positions = [p for p, h in enumerate(present) if mask[layer, h] == 1]
         rows = _head_rows(keep_positions, d)
-        query = _select(attn_self.query, rows, dim=0)
-        key = _select(attn_self.key, rows, dim=0)
-        value = _select(attn_self.value, rows, dim=0)
-        attention = layout.attention(layer)
-        attention.output.dense = _select(attention.output.dense, rows, dim=1)
+        projections = {name: _select(linear, rows, dim=0) for name, linear in layout.head_projections(layer).items()}
+        output = _select(layout.output_dense(layer), rows, dim=1)
+        layout.set_output_dense(layer, output)
         if keep_positions:
-            attn_self.query, attn_self.key, attn_self.value = query, key, value
-            attn_self.num_attention_heads = len(keep_positions)
-            attn_self.all_head_size = len(keep_positions) * d
+            attn_self = layout.self_attention(layer)
+            for name, linear in projections.items():
+                setattr(attn_self, name, linear)
+            layout.set_head_count(layer, len(keep_positions))
         else:
-            attention.self = EmptySelfAttention(query, key, value, d)
+            layout.set_self_attention(layer, layout.empty_self_attention(layer, projections, output))
         recorded[layer] = sorted(set(recorded.get(layer, [])) | set(to_remove))
     model.config.pruned_heads = {str(layer): heads for layer, heads in sorted(recorded.items())}
     return model
@@ -209,7 +186,7 @@ def save_pruned(model: nn.Module, path, tokenizer=None) -> None:
     ``tokenizer`` (a Hugging Face tokenizer) it is saved beside, so the folder is complete.
 
     Raises:
-        UnsupportedArchitectureError: not a BERT-layout model.
+        UnsupportedArchitectureError: not a model of a supported family.
     """
     get_layout(model)
     model.config.pruned_heads = {
@@ -281,38 +258,59 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def closed_form_parameter_count(config, mask: torch.Tensor, *, classifier: bool = True) -> int:
-    """Parameter count of a BERT model after removing the heads with ``mask == 0``.
+    """Parameter count of a sequence classifier of ``config`` after removing the heads with ``mask == 0``.
 
-    Full count from the architecture arithmetic (embeddings, L layers, pooler and, if
-    ``classifier``, the ``BertForSequenceClassification`` head; ``classifier=False`` gives
-    ``BertModel`` with pooler), minus, per removed head, ``3*(hidden*d + d)`` (Q/K/V rows and
-    biases) ``+ hidden*d`` (W_O columns; W_O's bias stays). Heads already in
-    ``config.pruned_heads`` count as removed too (as after :func:`remove_heads`).
+    BERT: the full count from the architecture arithmetic (embeddings, L layers, pooler and, if ``classifier``, the
+    ``BertForSequenceClassification`` head; ``classifier=False`` gives ``BertModel`` with pooler). Other families
+    (their embeddings and classifier heads differ): the count of the model built from ``config`` on the ``meta``
+    device (no memory, no weights), ``AutoModel``'s bare model when ``classifier`` is False. Minus, per removed head, ``P*(hidden*d + d)`` (the rows and biases of its P
+    per-head projections: Q/K/V, and DeBERTa-v2's ``pos_key_proj`` / ``pos_query_proj`` when present) ``+ hidden*d``
+    (W_O columns; W_O's bias stays). Heads already in ``config.pruned_heads`` count as removed too (as after
+    :func:`remove_heads`).
 
     Args:
-        config: a ``BertConfig``.
+        config: the configuration of a supported family.
         mask: ``[L, H]``, 0 = removed (original indexing).
 
     Raises:
-        ValueError: wrong mask shape.
+        ValueError: wrong mask shape. UnsupportedArchitectureError: a family without an adapter.
     """
     h, L, H = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
-    d, inter = h // H, config.intermediate_size
     mask = torch.as_tensor(mask)
     if tuple(mask.shape) != (L, H):
         raise ValueError(f"head mask has shape {list(mask.shape)}; expected [L, H]=[{L}, {H}]")
-
-    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
-    embeddings += 2 * h  # LayerNorm
-    attention = 4 * (h * h + h) + 2 * h  # Q, K, V, W_O (+ biases), LayerNorm
-    feed_forward = (h * inter + inter) + (inter * h + h) + 2 * h  # two Linears, LayerNorm
-    pooler = h * h + h
-    full = embeddings + L * (attention + feed_forward) + pooler
-    if classifier:
-        full += h * config.num_labels + config.num_labels
+    if config.model_type == "bert":
+        d, inter = h // H, config.intermediate_size
+        embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
+        embeddings += 2 * h  # LayerNorm
+        attention = 4 * (h * h + h) + 2 * h  # Q, K, V, W_O (+ biases), LayerNorm
+        feed_forward = (h * inter + inter) + (inter * h + h) + 2 * h  # two Linears, LayerNorm
+        pooler = h * h + h
+        full = embeddings + L * (attention + feed_forward) + pooler
+        if classifier:
+            full += h * config.num_labels + config.num_labels
+        per_head = 3 * (h * d + d) + h * d
+    else:
+        full, per_head = _built_counts(config, classifier)
 
     removed = mask == 0
     for layer, heads in _pruned_heads_dict(config).items():
         removed[layer, heads] = True
-    per_head = 3 * (h * d + d) + h * d
     return full - int(removed.sum()) * per_head
+
+
+def _built_counts(config, classifier: bool) -> tuple[int, int]:
+    """(parameters of the unpruned model of ``config`` built on the meta device, parameters per head)."""
+    import copy as _copy
+
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    config = _copy.deepcopy(config)
+    config.pruned_heads = {}
+    with torch.device("meta"):
+        model = (AutoModelForSequenceClassification if classifier else AutoModel).from_config(config)
+    layout = get_layout(model)
+    d = layout.head_size
+    per_head = sum(lin.in_features * d + (d if lin.bias is not None else 0)
+                   for lin in layout.head_projections(0).values())
+    return count_parameters(model), per_head + layout.output_dense(0).out_features * d

@@ -1,0 +1,203 @@
+"""One layout adapter per encoder family, and :func:`get_layout`, which picks it by ``config.model_type`` (part of
+:mod:`methods.heads`; import from there).
+
+What removing a head removes, per family (head h of layer l, d = head size; W_O's bias is never per head and stays):
+
+* BERT, RoBERTa, XLM-R, ELECTRA: rows ``h*d..(h+1)*d`` of ``attention.self.{query,key,value}`` (weights and
+  biases) and the same columns of ``attention.output.dense``. RoBERTa / XLM-R differ from BERT in embeddings and
+  classifier only, ELECTRA in its embedding projection and classifier: nothing per head.
+* DistilBERT: the same rows of ``attention.{q_lin,k_lin,v_lin}`` and columns of ``attention.out_lin``, which lives
+  in the same module (a layer without heads keeps it, so it adds its bias).
+* DeBERTa-v2/v3 (disentangled attention): the same rows of ``attention.self.{query,key,value}_proj`` and columns of
+  ``attention.output.dense``. The head's relative-position terms go with it: its content->position (c2p) and
+  position->content (p2c) scores project the shared relative-position embeddings through its own rows of
+  ``key_proj`` / ``query_proj`` (``share_att_key`` true) or of ``pos_key_proj`` / ``pos_query_proj``
+  (``share_att_key`` false; those rows are removed too). The relative-position embedding table and its LayerNorm are shared by
+  every head of every layer and stay. A masked or removed head contributes nothing to the layer's output either
+  way; the attention scale ``sqrt(d * scale_factor)`` depends on d only, so the other heads are unchanged.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from methods.heads.layout import (
+    EmptySelfAttention,
+    HeadLayout,
+    UnsupportedArchitectureError,
+)
+
+
+class BertLayout(HeadLayout):
+    """BERT: ``encoder.layer[l].attention.self.{query,key,value}`` and ``.attention.output.dense``.
+
+    Accepts ``BertModel``, any ``Bert*`` task model (``BertForSequenceClassification``, ...), or anything whose
+    ``.base_model`` is such an encoder. Source: HF transformers ``modeling_bert.py``.
+    """
+
+    family = "bert"
+    model_types = ("bert",)
+    where = ".encoder.layer[l].attention.self/.output.dense"
+    removes = ("rows of attention.self.query/key/value and columns of attention.output.dense")
+
+    def _layers_of(self, base: nn.Module) -> nn.ModuleList | None:
+        layers = getattr(getattr(base, "encoder", None), "layer", None)
+        if isinstance(layers, nn.ModuleList) and all(
+                hasattr(getattr(layer, "attention", None), "self") and hasattr(layer.attention, "output")
+                for layer in layers):
+            return layers
+        return None
+
+    def attention(self, layer: int) -> nn.Module:
+        """The attention block of ``layer``: ``.self`` (Q/K/V + attention) and ``.output`` (W_O, LayerNorm)."""
+        return self.encoder_layers()[layer].attention
+
+    def self_attention(self, layer: int) -> nn.Module:
+        return self.attention(layer).self
+
+    def set_self_attention(self, layer: int, module: nn.Module) -> None:
+        self.attention(layer).self = module
+
+    def output_dense(self, layer: int) -> nn.Linear:
+        return self.attention(layer).output.dense
+
+    def set_output_dense(self, layer: int, linear: nn.Linear) -> None:
+        self.attention(layer).output.dense = linear
+
+
+class RobertaLayout(BertLayout):
+    """RoBERTa and XLM-R: BERT's module names (``RobertaSelfAttention`` ...); other embeddings (position ids after
+    the padding index) and a classification head on [CLS] without a pooler. Source: ``modeling_roberta.py``,
+    ``modeling_xlm_roberta.py``."""
+
+    family = "roberta"
+    model_types = ("roberta", "xlm-roberta")
+
+    @classmethod
+    def max_tokens(cls, config) -> int | None:
+        """Position ids start after the padding index: ``max_position_embeddings - pad_token_id - 1`` tokens (512 for
+        ``roberta-base``'s 514)."""
+        return int(config.max_position_embeddings) - int(config.pad_token_id or 0) - 1
+
+
+class ElectraLayout(BertLayout):
+    """ELECTRA (discriminator): BERT's module names; embeddings of ``embedding_size`` projected to the hidden size
+    when they differ, and a classification head without a pooler. Source: ``modeling_electra.py``."""
+
+    family = "electra"
+    model_types = ("electra",)
+
+
+class DistilBertLayout(HeadLayout):
+    """DistilBERT: ``transformer.layer[l].attention.{q_lin,k_lin,v_lin,out_lin}``: W_O (``out_lin``) belongs to the
+    self-attention module, so a layer without heads keeps it in the stand-in. No token type embeddings.
+    Source: ``modeling_distilbert.py``."""
+
+    family = "distilbert"
+    model_types = ("distilbert",)
+    projection_names = ("q_lin", "k_lin", "v_lin")
+    where = ".transformer.layer[l].attention.q_lin/k_lin/v_lin/out_lin"
+    removes = "rows of attention.q_lin/k_lin/v_lin and columns of attention.out_lin"
+
+    def _layers_of(self, base: nn.Module) -> nn.ModuleList | None:
+        layers = getattr(getattr(base, "transformer", None), "layer", None)
+        if isinstance(layers, nn.ModuleList) and all(hasattr(getattr(layer, "attention", None), "out_lin")
+                                                     for layer in layers):
+            return layers
+        return None
+
+    def self_attention(self, layer: int) -> nn.Module:
+        return self.encoder_layers()[layer].attention
+
+    def set_self_attention(self, layer: int, module: nn.Module) -> None:
+        self.encoder_layers()[layer].attention = module
+
+    def output_dense(self, layer: int) -> nn.Linear:
+        return self.self_attention(layer).out_lin
+
+    def set_output_dense(self, layer: int, linear: nn.Linear) -> None:
+        self.self_attention(layer).out_lin = linear
+
+    def set_head_count(self, layer: int, heads: int) -> None:
+        self.self_attention(layer).n_heads = heads
+
+    def empty_self_attention(self, layer: int, projections: dict[str, nn.Linear], output: nn.Linear) -> nn.Module:
+        return EmptySelfAttention(projections, "v_lin", self.head_size, output=("out_lin", output))
+
+
+class DebertaV2Layout(BertLayout):
+    """DeBERTa-v2 and v3: ``encoder.layer[l].attention.self.{query,key,value}_proj`` (``DisentangledSelfAttention``)
+    and ``.attention.output.dense``; with ``share_att_key`` False, ``pos_key_proj`` / ``pos_query_proj`` are
+    per-head projections too. Eager attention only (the family has no SDPA path). See the module docstring for
+    what removing a head removes. Source: ``modeling_deberta_v2.py``."""
+
+    family = "deberta-v2"
+    model_types = ("deberta-v2",)
+    projection_names = ("query_proj", "key_proj", "value_proj")
+    attn_implementations = ("eager",)
+    removes = ("rows of attention.self.query_proj/key_proj/value_proj (and pos_key_proj/pos_query_proj when "
+               "present: the head's relative-position scores) and columns of attention.output.dense")
+    position_projection_names = ("pos_key_proj", "pos_query_proj")
+
+    @classmethod
+    def max_tokens(cls, config) -> int | None:
+        """``max_position_embeddings`` with absolute positions (``position_biased_input``); none without (v3: only
+        relative positions)."""
+        return int(config.max_position_embeddings) if getattr(config, "position_biased_input", True) else None
+
+    def head_projections(self, layer: int) -> dict[str, nn.Linear]:
+        module = self.self_attention(layer)
+        projections = super().head_projections(layer)
+        for name in self.position_projection_names:
+            if isinstance(getattr(module, name, None), nn.Linear):
+                projections[name] = getattr(module, name)
+        return projections
+
+
+LAYOUTS: dict[str, type[HeadLayout]] = {}
+"""``config.model_type`` -> its layout adapter class."""
+
+
+def register_layout(cls: type[HeadLayout]) -> type[HeadLayout]:
+    """Serve ``cls.model_types`` with ``cls`` (a :class:`HeadLayout` subclass); returns ``cls``.
+
+    Raises:
+        ValueError: a model type is served already by another adapter.
+    """
+    for model_type in cls.model_types:
+        if LAYOUTS.get(model_type, cls) is not cls:
+            raise ValueError(f"model_type {model_type!r} already has the adapter {LAYOUTS[model_type].__name__}")
+        LAYOUTS[model_type] = cls
+    return cls
+
+
+for _cls in (BertLayout, RobertaLayout, ElectraLayout, DistilBertLayout, DebertaV2Layout):
+    register_layout(_cls)
+
+
+def supported_model_types() -> tuple[str, ...]:
+    """Every ``config.model_type`` with a layout adapter, in registration order."""
+    return tuple(LAYOUTS)
+
+
+def layout_class(model_type: str | None, what: str = "the model") -> type[HeadLayout]:
+    """The adapter class for ``model_type`` (no weights needed: checked before a model loads).
+
+    Raises:
+        UnsupportedArchitectureError: no adapter; the message names ``what`` and the supported model types.
+    """
+    if model_type not in LAYOUTS:
+        raise UnsupportedArchitectureError(
+            f"{what} (model_type={model_type!r}) is not supported; supported model types: "
+            f"{', '.join(supported_model_types())}")
+    return LAYOUTS[model_type]
+
+
+def get_layout(model: nn.Module) -> HeadLayout:
+    """The layout adapter of ``model``, chosen by ``model.config.model_type``.
+
+    Raises:
+        UnsupportedArchitectureError: no adapter for the model type, or its modules are not where the family keeps
+            them.
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return layout_class(model_type, type(model).__name__)(model)
