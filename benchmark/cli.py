@@ -137,7 +137,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
     try:
         with plain_warnings():  # a method's or the report's warning as one line, not Python's form
             runner.run()
-            _finish(cfg, runner, report, plots)
+            if not runner.not_run:
+                _finish(cfg, runner, report, plots)
     except ConfigError as exc:  # Ray cannot be joined (--ray-address)
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:  # the run folder cannot be written (disk full, permissions): one line, no traceback
@@ -147,6 +148,10 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
     finally:
         runner.close()
     click.echo(f"wall time this invocation: {time.time() - start:.0f} s; records: {cfg.out}/records.jsonl")
+    if runner.not_run:  # the first Ctrl-C: the running cells were written, the others wait for the next invocation
+        click.echo(f"stopped on request: {runner.not_run} cell(s) not run (no report written); the same command "
+                   f"resumes", err=True)
+        sys.exit(130)
     if runner.failures:
         click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
         for f in runner.failures:

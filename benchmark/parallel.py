@@ -51,7 +51,8 @@ class Outcome:
 
     Attributes:
         key: the cell key (for a base model: ``base|<task>|<seed>``).
-        record: the finished cell's record, or None when it failed.
+        record: the finished cell's record, or None when it failed or was skipped.
+        skipped: the task did not start the cell: a stop was requested (:mod:`benchmark.stopping`).
         error: ``Type: message`` of the failure, or None.
         trace: the failure's traceback text.
         logs: the worker's log lines of the cell, as ``(levelno, message)``.
@@ -60,6 +61,7 @@ class Outcome:
 
     key: str
     record: Record | None = None
+    skipped: bool = False
     error: str | None = None
     trace: str = ""
     logs: list[tuple[int, str]] = field(default_factory=list)
@@ -132,10 +134,12 @@ def _on_worker(work):
 
 def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[str, Any]]:
     """Ray task: fine-tune the base model of (``data``'s task, ``seed``); returns it on the CPU with its
-    ``train_info``. Raises what fine-tuning raises (its cells then fail with that error)."""
+    ``train_info``; None when a stop was requested before it started. Raises what fine-tuning raises (its cells then
+    fail with that error)."""
     import torch
 
-    board.start.remote(f"base|{data.spec.name}|{seed}", f"pid {os.getpid()}")
+    if not _may_start(board, f"base|{data.spec.name}|{seed}"):
+        return None
     torch.set_num_threads(threads)
     work = _on_worker(work)
     model, info = work.train_base(data, seed, _tokenizer(work.cfg.model))
@@ -147,8 +151,10 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     """Ray task: one cell. ``base`` is ``(model, train_info)``; ``setter`` and ``original`` are the setter's and
     the unpruned cell's :class:`Outcome` or stored record (or None); ``reuse`` the prune step of this method's
     prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
-    Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed."""
-    board.start.remote(key, f"pid {os.getpid()}")
+    Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
+    when a stop was requested before the cell started."""
+    if not _may_start(board, key):
+        return Outcome(key, skipped=True), None
     work = _on_worker(work)
     outcome, state = Outcome(key), None
     with _Capture(outcome, threads):
@@ -156,6 +162,13 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
         record, state = work.run_cell(bench, method, condition, _record_of(setter), _unpacked(reuse), stored_prune)
         outcome.record = work.finish(record, key, bench, _record_of(original))
     return outcome, _state_on_cpu(state)
+
+
+def _may_start(board, key: str) -> bool:
+    """Whether a task may start its work (no stop requested); if so the board shows it as running here."""
+    import ray
+
+    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}"))
 
 
 def _record_of(value) -> dict[str, Any] | None:
@@ -183,13 +196,21 @@ def _unpacked(state):
 
 
 class _StatusBoard:
-    """A Ray actor: what each worker is running (``key -> where``), for the driver's progress text."""
+    """A Ray actor: what each worker is running (``key -> where``), for the driver's progress text, and whether
+    tasks may still start (not after :meth:`stop`)."""
 
     def __init__(self) -> None:
         self.running: dict[str, str] = {}
+        self.stopping = False
 
-    def start(self, key: str, where: str) -> None:
+    def may_start(self, key: str, where: str) -> bool:
+        if self.stopping:
+            return False
         self.running[key] = where
+        return True
+
+    def stop(self) -> None:
+        self.stopping = True
 
     def snapshot(self) -> dict[str, str]:
         return dict(self.running)
@@ -301,7 +322,12 @@ class _Driver:
     def run(self) -> None:
         """Submit and collect until every group is done."""
         next_group = 0
+        stopping = False
         while next_group < len(self.groups) or self.pending:
+            if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this
+                stopping = True
+                self.ray.get(self.board.stop.remote())
+                next_group = len(self.groups)
             while next_group < len(self.groups) and len(self.open_groups) < self.window:
                 self._submit_group(*self.groups[next_group])
                 next_group += 1
@@ -379,6 +405,9 @@ class _Driver:
             self._save_base(pending, value)
             return
         outcome = value
+        if outcome.skipped:  # a stop was requested before it started: neither a record nor a failure
+            self._close_one(pending)
+            return
         for level, message in outcome.logs:
             log.log(level, "%s", message)
         for category, message in outcome.warnings:
@@ -391,6 +420,10 @@ class _Driver:
             self.runner.record_failure(pending.key, pending.task, pending.seed, pending.method, pending.condition,
                                        outcome.error, outcome.trace)
         self.bar.update(1)
+        self._close_one(pending)
+
+    def _close_one(self, pending: _Pending) -> None:
+        """One cell of its (task, seed) less to wait for."""
         group = (pending.task, pending.seed)
         self.open_groups[group] -= 1
         if not self.open_groups[group]:
@@ -399,6 +432,8 @@ class _Driver:
     def _save_base(self, pending: _Pending, value) -> None:
         """Save a base model that a worker trained (under the (task, seed)'s lock; kept if another process saved
         it first). A failed base fine-tune is logged; its cells fail with its error."""
+        if value is None:  # not started: a stop was requested
+            return
         if isinstance(value, Outcome):
             log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)
             return

@@ -50,6 +50,7 @@ from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, q
 from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
 from benchmark.run_folder import check_run_json, save_base_model
+from benchmark.stopping import StopRequest, stop_between_cells
 from benchmark.store import REJECTED, RecordStore, file_lock
 
 log = logging.getLogger("benchmark")
@@ -119,6 +120,8 @@ class Runner:
                              method_classes={m: methods.get_method_class(m) for m in self.method_names},
                              device=self.device)
         self.failures: list[dict[str, Any]] = []
+        self.stop = StopRequest()  # replaced by run()'s, which the first SIGINT sets
+        self.not_run = 0
         self.tokenizer = None  # loaded by the first task_data()
         # the last prune step, reused by the prune+recover cell of the same (task, seed, method)
         self._pruned: dict[tuple[str, int, str], PruneState] = {}
@@ -189,7 +192,9 @@ class Runner:
         :mod:`benchmark.parallel`); returns the records of this run's cells (finished ones included), as the JSON
         objects of ``records.jsonl``.
 
-        Failed cells are written to ``failures.jsonl`` and listed in ``self.failures``; the other cells go on.
+        Failed cells are written to ``failures.jsonl`` and listed in ``self.failures``; the other cells go on. The
+        first SIGINT (Ctrl-C) stops the run between cells (:mod:`benchmark.stopping`): the running cells finish and
+        are written, no other starts, and ``self.not_run`` counts the cells left to do (0 when the run finished).
         """
         planned = self.planned_cells()
         keys = [self._key(*c) for c in planned]
@@ -202,14 +207,19 @@ class Runner:
                  self.execution.summary())
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         try:
-            if self.execution.parallel:
-                from benchmark.parallel import run_on_ray
+            with stop_between_cells() as self.stop:
+                if self.execution.parallel:
+                    from benchmark.parallel import run_on_ray
 
-                run_on_ray(self, planned, todo, bar)
-            else:
-                self._run_serial(planned, todo, bar)
+                    run_on_ray(self, planned, todo, bar)
+                else:
+                    self._run_serial(planned, todo, bar)
         finally:
             bar.close()
+        failed = {f["cell"] for f in self.failures}
+        self.not_run = len(todo - failed) if self.stop.requested else 0
+        if self.not_run:
+            log.warning("stopped on request: %d cell(s) not run; the same command resumes", self.not_run)
         return [self.store.get(k) for k in keys if self.store.get(k) is not None]
 
     def seeds_to_do(self, planned, todo: set[str]) -> list[tuple[tasks.TaskSpec, list[int]]]:
@@ -231,8 +241,12 @@ class Runner:
     def _run_serial(self, planned, todo: set[str], bar) -> None:
         """Today's path: the cells one at a time in this process, (task, seed) by (task, seed)."""
         for spec, seeds in self.seeds_to_do(planned, todo):
+            if self.stop.requested:
+                return
             data = self.task_data(spec)
             for seed in seeds:
+                if self.stop.requested:
+                    return
                 cells = [c for c in planned if c[0] == spec.name and c[1] == seed]
                 self._run_seed(data, seed, cells, todo, bar)
 
@@ -245,6 +259,8 @@ class Runner:
             key = self._key(task_name, seed, method, condition)
             if key not in todo:
                 continue
+            if self.stop.requested:
+                return
             bar.set_description(f"{spec.name} s{seed} {method} {condition}")
             try:
                 record = self._run_cell(bench, method, condition)

@@ -7,6 +7,7 @@ travel to the workers inside :class:`~benchmark.cell_work.CellWork`, as a user's
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import warnings
@@ -68,3 +69,22 @@ class KillsItsProcess(HeadPruner):
 
     def prune(self, model, context):
         os._exit(3)
+
+
+@register
+class RequestsStop(HeadPruner):
+    """Sends SIGINT (a Ctrl-C) to the process whose pid is in the file of option ``pid_file`` (the run's driver),
+    then keeps running for ``seconds``: the stop arrives while this cell runs, which must still be written."""
+
+    name = "test-requests-stop"
+    summary = "test only: its prune step presses Ctrl-C on the driver, then finishes"
+    needs_target = False
+    exact_budget = False
+    defaults = {"pid_file": "", "seconds": 2.0}
+
+    def prune(self, model, context):
+        os.kill(int(open(self.options["pid_file"]).read()), signal.SIGINT)
+        time.sleep(self.options["seconds"])
+        mask = torch.ones(context.num_layers, context.num_heads)
+        mask[0, 0] = 0
+        return PruningResult(mask=mask)

@@ -252,3 +252,26 @@ def test_every_method_on_glue_small_equals_the_serial_run(ray_address, glue_dir,
     # own-fine-tuning) -- the CLI's default conditions
     assert len(records) == 4 * (2 + 7 * 2 + 2)
     assert stable(records) == stable(RecordStore(tmp_path / "serial").records())
+
+
+@pytest.mark.parametrize("workers", [None, 2], ids=["serial", "ray"])
+def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_no_other(workers, ray_address, glue_dir, tmp_path):
+    """A stop requested while a cell runs (its method presses Ctrl-C on this process, then finishes): the cell is
+    written, no other starts, nothing is a failure, and `bench run` says how many cells wait and exits 130, without a
+    report (the runner resumes the folder as after any stop)."""
+    pid_file = tmp_path / "pid"
+    pid_file.write_text(str(os.getpid()))
+    out = tmp_path / "run"
+    args = ["--preset", "smoke", "--methods", "random,test-requests-stop", "--tasks", "wnli", "--budget",
+            "heads:10", "--device", "cpu", "--no-progress", "--option", f"test-requests-stop.pid_file={pid_file}",
+            "--data-dir", str(glue_dir), "--out", str(out)] + (["--workers", str(workers)] if workers else [])
+    res = _bench(args)
+    assert res.exit_code == 130, res.output
+    done = {(r["task"], r["method"], r["condition"]) for r in RecordStore(out).records()}
+    assert ("wnli", "test-requests-stop", "prune-only") in done  # the cell that was running when the stop came
+    assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+    waiting = int(res.output.split("stopped on request: ")[1].split(" cell(s)")[0])
+    plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
+    assert waiting >= 1 and len(done) + waiting == len(plan["cells"])
+    assert not (out / "report").exists()
+    assert ("wnli", "test-requests-stop", "prune+recover") not in done  # it would have started after the stop
