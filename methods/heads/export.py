@@ -15,16 +15,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from methods.heads.modeling_pruned import CLASSES
 from methods.heads.removal import remove_heads, save_pruned
 
 REMOTE_FILE = "modeling_pruned.py"
-REMOTE_CLASSES = {model_type: cls.__name__ for model_type, cls in CLASSES.items()}
-"""``config.model_type`` -> the class of :mod:`methods.heads.modeling_pruned` named in ``auto_map``."""
 
 
-_STOCK_CLASSES = {model_type: cls.__bases__[-1] for model_type, cls in CLASSES.items()}
-"""``config.model_type`` -> the stock transformers class an export accepts (the one its remote class extends)."""
+def _remote_classes() -> dict[str, type]:
+    """``config.model_type`` -> the class of :mod:`methods.heads.modeling_pruned` named in ``auto_map`` (each
+    extends its family's stock classifier). Imported on first export: building those classes imports every family's
+    transformers module, about 2 s that ``import methods.heads`` (every worker, every ``bench`` command) need not pay."""
+    from methods.heads.modeling_pruned import CLASSES
+
+    return CLASSES
 
 
 def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) -> Path:
@@ -47,13 +49,13 @@ def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) 
         ValueError: ``model`` is not one of those classes; a mask of the wrong shape or not binary.
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    stock = _STOCK_CLASSES.get(model_type)
-    if stock is None or not isinstance(model, stock):  # the Pruned* classes of an exported folder extend them
+    stock = {t: cls.__bases__[-1] for t, cls in _remote_classes().items()}
+    if model_type not in stock or not isinstance(model, stock[model_type]):  # exported Pruned* classes extend them
         raise ValueError(f"export_pruned: {type(model).__name__} (model_type={model_type!r}) is not one of the "
                          f"sequence classifiers the exported modeling file builds: "
-                         f"{', '.join(sorted({c.__name__ for c in _STOCK_CLASSES.values()}))}")
+                         f"{', '.join(sorted(c.__name__ for c in stock.values()))}")
     work = remove_heads(copy.deepcopy(model).cpu(), mask)
-    remote_class = REMOTE_CLASSES[model_type]
+    remote_class = _remote_classes()[model_type].__name__
     work.config.auto_map = {"AutoModelForSequenceClassification": f"{REMOTE_FILE[:-3]}.{remote_class}"}
     work.config.architectures = [remote_class]
     folder = Path(folder)
