@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.records import ORIGINAL, PRUNE_ONLY, REUSES_PRUNE, Record
+from benchmark.stopping import starts_after_stop
 from benchmark.transport import ModelParcel, unpack
 
 log = logging.getLogger("benchmark")
@@ -153,7 +154,7 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
     Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
     when a stop was requested before the cell started."""
-    if not _may_start(board, key):
+    if not _may_start(board, key, starts_after_stop(condition, reuse)):
         return Outcome(key, skipped=True), None
     work = _on_worker(work)
     outcome, state = Outcome(key), None
@@ -164,11 +165,12 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     return outcome, _state_on_cpu(state)
 
 
-def _may_start(board, key: str) -> bool:
-    """Whether a task may start its work (no stop requested); if so the board shows it as running here."""
+def _may_start(board, key: str, after_stop: bool = False) -> bool:
+    """Whether a task may start its work (no stop requested, or ``after_stop``: it starts even then, see
+    :func:`~benchmark.stopping.starts_after_stop`); if so the board shows it as running here."""
     import ray
 
-    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}"))
+    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}", after_stop))
 
 
 def _record_of(value) -> dict[str, Any] | None:
@@ -203,8 +205,8 @@ class _StatusBoard:
         self.running: dict[str, str] = {}
         self.stopping = False
 
-    def may_start(self, key: str, where: str) -> bool:
-        if self.stopping:
+    def may_start(self, key: str, where: str, after_stop: bool = False) -> bool:
+        if self.stopping and not after_stop:
             return False
         self.running[key] = where
         return True
@@ -324,7 +326,8 @@ class _Driver:
         next_group = 0
         stopping = False
         while next_group < len(self.groups) or self.pending:
-            if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this
+            if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this (but
+                # the own-fine-tuning cells of prune steps computed here, benchmark.stopping.starts_after_stop)
                 stopping = True
                 self.ray.get(self.board.stop.remote())
                 next_group = len(self.groups)

@@ -50,7 +50,7 @@ from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, q
 from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
 from benchmark.run_folder import check_run_json, save_base_model
-from benchmark.stopping import StopRequest, stop_between_cells
+from benchmark.stopping import StopRequest, starts_after_stop, stop_between_cells
 from benchmark.store import REJECTED, RecordStore, file_lock
 
 log = logging.getLogger("benchmark")
@@ -259,8 +259,8 @@ class Runner:
             key = self._key(task_name, seed, method, condition)
             if key not in todo:
                 continue
-            if self.stop.requested:
-                return
+            if self.stop.requested and not starts_after_stop(condition, self._pruned.get((spec.name, seed, method))):
+                continue
             bar.set_description(f"{spec.name} s{seed} {method} {condition}")
             try:
                 record = self._run_cell(bench, method, condition)

@@ -275,3 +275,38 @@ def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_no_other(workers,
     assert waiting >= 1 and len(done) + waiting == len(plan["cells"])
     assert not (out / "report").exists()
     assert ("wnli", "test-requests-stop", "prune+recover") not in done  # it would have started after the stop
+
+
+@pytest.mark.parametrize("workers", [None, 2], ids=["serial", "ray"])
+def test_after_the_first_ctrl_c_own_weights_already_computed_are_still_evaluated(workers, ray_address, glue_dir,
+                                                                                   tmp_path):
+    """A stop requested in the prune step of a method that returns its own weights (as AUBER does): its
+    own-fine-tuning cell still runs after the stop (it only evaluates those weights, which no later run could get
+    without pruning again), its prune+recover cell does not (it resumes from the stored mask); the rerun computes
+    the waiting cells and never that method's prune step again (it would press Ctrl-C again)."""
+    pid_file = tmp_path / "pid"
+    pid_file.write_text(str(os.getpid()))
+    out = tmp_path / "run"
+    args = ["--preset", "smoke", "--methods", "random,test-requests-stop", "--tasks", "wnli", "--budget",
+            "heads:10", "--device", "cpu", "--no-progress", "--option", f"test-requests-stop.pid_file={pid_file}",
+            "--option", "test-requests-stop.retrained=true", "--data-dir", str(glue_dir),
+            "--out", str(out)] + (["--workers", str(workers)] if workers else [])
+    res = _bench(args)
+    assert res.exit_code == 130, res.output
+    records = {(r["method"], r["condition"]): r for r in RecordStore(out).records()}
+    assert ("test-requests-stop", "prune-only") in records
+    own = records[("test-requests-stop", "own-fine-tuning")]  # started after the stop
+    assert own["weights"] == "own" and own["retrained"] is True
+    assert own["mask"] == records[("test-requests-stop", "prune-only")]["mask"]
+    assert ("test-requests-stop", "prune+recover") not in records
+    assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+    waiting = int(res.output.split("stopped on request: ")[1].split(" cell(s)")[0])
+    assert len(records) + waiting == len(json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["cells"])
+
+    pid_file.write_text("not a pid")  # int() raises: the rerun's cell would fail if it pruned again
+    again = _bench([*args, "--no-report"])
+    assert again.exit_code == 0, again.output
+    rerun = {(r["method"], r["condition"]): r for r in RecordStore(out).records()}
+    assert ("test-requests-stop", "prune+recover") in rerun
+    assert rerun[("test-requests-stop", "own-fine-tuning")] == own  # not computed again
+    assert json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["to_do"] == waiting
