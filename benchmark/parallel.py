@@ -36,6 +36,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmark.cell_work import will_prune
 from benchmark.records import ORIGINAL, PRUNE_ONLY, REUSES_PRUNE, Record
 from benchmark.stopping import starts_after_stop
 from benchmark.transport import ModelParcel, unpack
@@ -139,7 +140,7 @@ def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[st
     fail with that error)."""
     import torch
 
-    if not _may_start(board, f"base|{data.spec.name}|{seed}"):
+    if not _may_start(board, f"base|{data.spec.name}|{seed}", cell=("base", data.spec.name)):
         return None
     torch.set_num_threads(threads)
     work = _on_worker(work)
@@ -154,7 +155,8 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
     Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
     when a stop was requested before the cell started."""
-    if not _may_start(board, key, starts_after_stop(condition, reuse)):
+    prunes = will_prune(method, condition, reuse, stored_prune)
+    if not _may_start(board, key, starts_after_stop(condition, reuse), (data.spec.name, method, condition, prunes)):
         return Outcome(key, skipped=True), None
     work = _on_worker(work)
     outcome, state = Outcome(key), None
@@ -165,12 +167,13 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     return outcome, _state_on_cpu(state)
 
 
-def _may_start(board, key: str, after_stop: bool = False) -> bool:
+def _may_start(board, key: str, after_stop: bool = False, cell: tuple | None = None) -> bool:
     """Whether a task may start its work (no stop requested, or ``after_stop``: it starts even then, see
-    :func:`~benchmark.stopping.starts_after_stop`); if so the board shows it as running here."""
+    :func:`~benchmark.stopping.starts_after_stop`; and it fits the run's ``--time-limit``, ``cell`` being
+    ``("base", task)`` or ``(task, method, condition, prunes)``); if so the board shows it as running here."""
     import ray
 
-    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}", after_stop))
+    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}", after_stop, cell))
 
 
 def _record_of(value) -> dict[str, Any] | None:
@@ -199,15 +202,21 @@ def _unpacked(state):
 
 class _StatusBoard:
     """A Ray actor: what each worker is running (``key -> where``), for the driver's progress text, and whether
-    tasks may still start (not after :meth:`stop`)."""
+    tasks may still start (not after :meth:`stop`; only those that fit ``limit``, the run's
+    :class:`~benchmark.time_limit.TimeLimit` or None)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit=None) -> None:
         self.running: dict[str, str] = {}
         self.stopping = False
+        self.limit = limit
 
-    def may_start(self, key: str, where: str, after_stop: bool = False) -> bool:
+    def may_start(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> bool:
         if self.stopping and not after_stop:
             return False
+        if self.limit is not None and cell is not None:
+            fits = self.limit.fits_base(cell[1]) if cell[0] == "base" else self.limit.fits_cell(*cell)
+            if not fits:
+                return False
         self.running[key] = where
         return True
 
@@ -312,7 +321,7 @@ class _Driver:
         base_fn, cell_fn, board_cls = _remote()
         self.base_fn = base_fn.options(num_cpus=self.ex.threads_per_cell, num_gpus=self.ex.gpus_per_cell)
         self.cell_fn = cell_fn.options(num_cpus=self.ex.threads_per_cell, num_gpus=self.ex.gpus_per_cell)
-        self.board = board_cls.remote()
+        self.board = board_cls.remote(runner.limit)
         self.work = dataclasses.replace(runner.work, cfg=dataclasses.replace(runner.work.cfg, progress=False))
         self.groups = [(spec, seed) for spec, seeds in runner.seeds_to_do(planned, todo) for seed in seeds]
         self.window = _slots(self.ex) + 1

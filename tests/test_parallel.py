@@ -310,3 +310,42 @@ def test_after_the_first_ctrl_c_own_weights_already_computed_are_still_evaluated
     assert ("test-requests-stop", "prune+recover") in rerun
     assert rerun[("test-requests-stop", "own-fine-tuning")] == own  # not computed again
     assert json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["to_do"] == waiting
+
+
+@pytest.mark.parametrize("workers", [None, 2], ids=["serial", "ray"])
+def test_time_limit_starts_only_the_cells_that_fit_and_the_rerun_resumes(workers, ray_address, glue_dir, tmp_path):
+    """Seed 0 runs whole; its random prune+recover record is then made to say 10^6 s. Seed 1 under --time-limit
+    10m: every cell runs but that one (its estimate does not fit), the run exits 75 with 1 cell not run and no
+    failure; the same command without the limit computes it. A limit no base fine-tune fits starts nothing."""
+    out = tmp_path / "run"
+    args = ["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--budget", "heads:10", "--device", "cpu",
+            "--no-progress", "--no-report", "--data-dir", str(glue_dir), "--out", str(out)]
+    args += ["--workers", str(workers)] if workers else []
+    first = _bench([*args, "--seeds", "1"])
+    assert first.exit_code == 0, first.output
+    lines = (out / "records.jsonl").read_text().splitlines()
+    edited = []
+    for line in lines:
+        record = json.loads(line)
+        if record["method"] == "random" and record["condition"] == "prune+recover":
+            record["cost"]["wall_s"] = 1e6
+        edited.append(json.dumps(record))
+    (out / "records.jsonl").write_text("\n".join(edited) + "\n")
+
+    nothing = _bench([*args, "--seeds", "2", "--time-limit", "1s"])  # seed 1's base fine-tune cannot fit
+    assert nothing.exit_code == 75, nothing.output
+    assert "time limit: 4 cell(s) not run" in nothing.output
+    assert len(RecordStore(out).records()) == 4 and not (out / "base" / "wnli-seed1").exists()
+
+    limited = _bench([*args, "--seeds", "2", "--time-limit", "10m"])
+    assert limited.exit_code == 75, limited.output
+    assert "time limit: 1 cell(s) not run" in limited.output
+    done = {(r["seed"], r["method"], r["condition"]) for r in RecordStore(out).records()}
+    assert (1, "random", "prune+recover") not in done
+    assert {(1, "original", "prune-only"), (1, "original", "control"), (1, "random", "prune-only")} <= done
+    assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+
+    rest = _bench([*args, "--seeds", "2"])
+    assert rest.exit_code == 0, rest.output
+    assert (1, "random", "prune+recover") in {(r["seed"], r["method"], r["condition"])
+                                              for r in RecordStore(out).records()}
