@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from benchmark.config import ConfigError
-from benchmark.records import PRUNE_ONLY
+from benchmark.records import ORIGINAL, PRUNE_ONLY
 
 MARGIN = 1.25
 """Estimates are multiplied by this before they are compared with the time left."""
@@ -91,10 +91,14 @@ class CellTimes:
             cost = record.get("cost") or {}
             wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
             own_step = prune_only.get(_key(record["task"], record["seed"], record["method"]))
-            if record["condition"] == PRUNE_ONLY or own_step is None:
-                pruned = prune > 0 and wall >= prune
+            if record["method"] == ORIGINAL:  # the unpruned model: no prune step
+                pruned = False
+            elif record["condition"] == PRUNE_ONLY:  # it pruned (random's step may round to 0.0 s: still known)
+                pruned = True
+            elif own_step is None:
+                pruned = wall >= prune
             else:  # the prune-only cell's time copied: its prune step reused
-                pruned = prune > 0 and prune != own_step
+                pruned = prune != own_step
             if pruned:
                 times._keep(times.prune, _key(record["task"], record["method"]), prune)
             times._keep(times.rest, _key(record["task"], record["method"], record["condition"]),

@@ -339,8 +339,8 @@ def test_time_limit_starts_only_the_cells_that_fit_and_the_rerun_resumes(workers
 
     limited = _bench([*args, "--seeds", "2", "--time-limit", "10m"])
     assert limited.exit_code == 75, limited.output
-    assert "time limit: 1 cell(s) not run" in limited.output
     done = {(r["seed"], r["method"], r["condition"]) for r in RecordStore(out).records()}
+    assert "time limit: 1 cell(s) not run" in limited.output, (limited.output, sorted(done))
     assert (1, "random", "prune+recover") not in done
     assert {(1, "original", "prune-only"), (1, "original", "control"), (1, "random", "prune-only")} <= done
     assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()

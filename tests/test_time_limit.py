@@ -48,6 +48,8 @@ def test_cell_times_split_prune_steps_from_the_rest(tmp_path):
         _record("mrpc", 1, "michel", "prune+recover", 400.0, 85.0),
         _record("mrpc", 0, "original", "control", 205.0, 0.0),
         _record("rte", 0, "voita", "prune+recover", 900.0, 700.0),  # no prune-only record: pruned (wall >= step)
+        _record("rte", 0, "random", "prune-only", 3.0, 0.0),  # a prune step rounded to 0.0 s is known: 0
+        _record("rte", 0, "original", "prune-only", 2.0, 0.0),  # the unpruned model has none
     ]
     base = tmp_path / "base"
     (base / "mrpc-seed0").mkdir(parents=True)
@@ -55,7 +57,8 @@ def test_cell_times_split_prune_steps_from_the_rest(tmp_path):
     (base / "mrpc-seed1").mkdir()
     (base / "mrpc-seed1" / "train_info.json").write_text("{not json")  # left out
     times = CellTimes.of_folder(records, base)
-    assert times.prune == {"mrpc|auber": 1885.0, "mrpc|michel": 85.0, "rte|voita": 700.0}
+    assert times.prune == {"mrpc|auber": 1885.0, "mrpc|michel": 85.0, "rte|voita": 700.0, "rte|random": 0.0}
+    assert times.cell("rte", "random", "prune-only", prunes=True) == 3.0
     assert times.rest["mrpc|auber|prune+recover"] == 154.0
     assert times.rest["mrpc|auber|own-fine-tuning"] == pytest.approx(4.0)
     assert times.rest["mrpc|michel|prune+recover"] == 428.0
