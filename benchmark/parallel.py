@@ -154,7 +154,10 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     the unpruned cell's :class:`Outcome` or stored record (or None); ``reuse`` the prune step of this method's
     prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
     Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
-    when a stop was requested before the cell started."""
+    when a stop was requested before the cell started, or the time limit or its base model's absence kept it from
+    starting."""
+    if base is None:  # its base fine-tune did not start (a stop, or --time-limit): nor does the cell
+        return Outcome(key, skipped=True), None
     prunes = will_prune(method, condition, reuse, stored_prune)
     if not _may_start(board, key, starts_after_stop(condition, reuse), (data.spec.name, method, condition, prunes)):
         return Outcome(key, skipped=True), None

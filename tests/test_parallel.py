@@ -316,7 +316,8 @@ def test_after_the_first_ctrl_c_own_weights_already_computed_are_still_evaluated
 def test_time_limit_starts_only_the_cells_that_fit_and_the_rerun_resumes(workers, ray_address, glue_dir, tmp_path):
     """Seed 0 runs whole; its random prune+recover record is then made to say 10^6 s. Seed 1 under --time-limit
     10m: every cell runs but that one (its estimate does not fit), the run exits 75 with 1 cell not run and no
-    failure; the same command without the limit computes it. A limit no base fine-tune fits starts nothing."""
+    failure; the same command without the limit computes it. Before, with the base fine-tune made to say 10^6 s,
+    the same command starts nothing: no cell runs without its base model, and none fails."""
     out = tmp_path / "run"
     args = ["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--budget", "heads:10", "--device", "cpu",
             "--no-progress", "--no-report", "--data-dir", str(glue_dir), "--out", str(out)]
@@ -332,10 +333,15 @@ def test_time_limit_starts_only_the_cells_that_fit_and_the_rerun_resumes(workers
         edited.append(json.dumps(record))
     (out / "records.jsonl").write_text("\n".join(edited) + "\n")
 
-    nothing = _bench([*args, "--seeds", "2", "--time-limit", "1s"])  # seed 1's base fine-tune cannot fit
-    assert nothing.exit_code == 75, nothing.output
+    info_file = out / "base" / "wnli-seed0" / "train_info.json"
+    info = info_file.read_text()
+    info_file.write_text(json.dumps({**json.loads(info), "wall_s": 1e6}))
+    nothing = _bench([*args, "--seeds", "2", "--time-limit", "10m"])  # seed 1's base fine-tune cannot fit:
+    assert nothing.exit_code == 75, nothing.output  # nor can any of its cells, though each would
     assert "time limit: 4 cell(s) not run" in nothing.output
     assert len(RecordStore(out).records()) == 4 and not (out / "base" / "wnli-seed1").exists()
+    assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+    info_file.write_text(info)
 
     limited = _bench([*args, "--seeds", "2", "--time-limit", "10m"])
     assert limited.exit_code == 75, limited.output
