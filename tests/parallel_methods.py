@@ -95,3 +95,24 @@ class RequestsStop(HeadPruner):
         if self.options["retrained"]:
             return PruningResult(mask=mask, retrained=True, model=model)
         return PruningResult(mask=mask)
+
+
+@register
+class SlowRetrainer(HeadPruner):
+    """Prunes head 0 of layer 0 after ``seconds`` and returns its model as re-trained weights (as AUBER does), so
+    the run plans an ``own-fine-tuning`` cell that reuses this prune step."""
+
+    name = "test-slow-retrainer"
+    summary = "test only: returns its own weights, slowly"
+    needs_target = False
+    exact_budget = False
+    defaults = {"seconds": 3.0}
+
+    def changes_weights(self) -> bool:
+        return True
+
+    def prune(self, model, context):
+        time.sleep(self.options["seconds"])
+        mask = torch.ones(context.num_layers, context.num_heads)
+        mask[0, 0] = 0
+        return PruningResult(mask=mask, retrained=True, model=model)

@@ -355,3 +355,25 @@ def test_time_limit_starts_only_the_cells_that_fit_and_the_rerun_resumes(workers
     assert rest.exit_code == 0, rest.output
     assert (1, "random", "prune+recover") in {(r["seed"], r["method"], r["condition"])
                                               for r in RecordStore(out).records()}
+
+
+def test_a_cell_reusing_a_prune_step_of_this_run_starts_before_cells_that_were_ready_earlier(ray_address, glue_dir,
+                                                                                             tmp_path):
+    """The driver's order: when a method's prune step returns, its own-fine-tuning and prune+recover cells (which
+    hold that step in memory) start before the other seed's cells, ready long before; Ray's own order would run
+    those first and keep the prune step waiting."""
+    out = tmp_path / "run"
+    res = _bench(["--preset", "smoke", "--methods", "test-slow-retrainer,random", "--tasks", "wnli", "--seeds", "3",
+                  "--budget", "heads:10", "--device", "cpu", "--no-progress", "--no-report", "--workers", "2",
+                  "--data-dir", str(glue_dir), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    records = RecordStore(out).records()
+    for seed in (0, 1, 2):
+        mine = {r["condition"]: r for r in records if r["seed"] == seed and r["method"] == "test-slow-retrainer"}
+        step_done = mine["prune-only"]["finished_at"]
+        for condition in ("own-fine-tuning", "prune+recover"):
+            # cells of other methods that started after the step returned and before this one (ISO times to the
+            # second): at most the one the other worker may have been handed just before the step returned
+            between = [(r["seed"], r["method"], r["condition"]) for r in records
+                       if r["method"] != "test-slow-retrainer" and step_done <= r["started_at"] < mine[condition]["started_at"]]
+            assert len(between) <= 1, (seed, condition, between)
