@@ -89,6 +89,22 @@ class PruneState:
         return cls(result, float(r.cost.prune_wall_s), cost, from_record=True)
 
 
+def prune_input(condition: str, reuse: PruneState | None, stored_prune: dict[str, Any] | None) -> PruneState | None:
+    """The prune step a cell of ``condition`` takes instead of pruning (None: it prunes), from ``reuse`` and
+    ``stored_prune`` as :meth:`CellWork.run_cell` gets them: an ``own-fine-tuning`` cell needs weights, which a
+    stored record has not; a ``prune+recover`` cell needs the mask alone, which the stored record has."""
+    if condition == OWN and reuse is not None and reuse.from_record:
+        reuse = None  # a stored record has no re-trained weights
+    if reuse is None and stored_prune is not None and condition == RECOVER:
+        reuse = PruneState.of_record(stored_prune)
+    return reuse
+
+
+def will_prune(method: str, condition: str, reuse: PruneState | None, stored_prune: dict[str, Any] | None) -> bool:
+    """Whether a cell runs its method's prune step (:func:`prune_input`; the unpruned model never does)."""
+    return method != ORIGINAL and prune_input(condition, reuse, stored_prune) is None
+
+
 @dataclass
 class CellWork:
     """The part of a run every cell needs, picklable so that a Ray worker gets it whole.
@@ -194,10 +210,7 @@ class CellWork:
         """
         counter = Counter()
         started, t0 = now_utc(), time.time()
-        if condition == OWN and reuse is not None and reuse.from_record:
-            reuse = None  # a stored record has no re-trained weights
-        if reuse is None and stored_prune is not None and condition == RECOVER:
-            reuse = PruneState.of_record(stored_prune)
+        reuse = prune_input(condition, reuse, stored_prune)
         pruned, state, model, mask = self.cell_model(bench, method, condition, counter, setter_record, reuse)
         dev = cell.evaluate_on_dev(bench, model, mask, counter)
         cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),

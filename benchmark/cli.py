@@ -108,13 +108,17 @@ def list_cmd() -> None:
 @click.option("--gpus-per-cell", type=float, default=None,
               help="On Ray: the share of a GPU per cell, e.g. 0.25 runs four cells on one GPU. Default with "
                    "--workers N and a visible GPU: GPUs/N (at most 1); else 0 (CPU).")
+@click.option("--time-limit", default=None, metavar="DURATION",
+              help="Start only the cells that should finish within DURATION (2h30m, 90m, 5400) of the start, as the "
+                   "folder's finished cells of the same kind estimate them; then stop (exit status 75) and let the "
+                   "same command resume. For a job's walltime or a session's end.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
             min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell,
-            progress, report, plots) -> None:
+            time_limit, progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from benchmark.runner import Runner, make_run_config
 
@@ -124,7 +128,7 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                               match_per_layer=match_per_layer, method_options=_parse_method_options(options),
                               progress=progress, precision=precision, workers=workers, ray_address=ray_address,
                               threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell,
-                              min_heads_per_layer=min_heads_per_layer)
+                              min_heads_per_layer=min_heads_per_layer, time_limit=time_limit)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg)
@@ -148,10 +152,10 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
     finally:
         runner.close()
     click.echo(f"wall time this invocation: {time.time() - start:.0f} s; records: {cfg.out}/records.jsonl")
-    if runner.not_run:  # the first Ctrl-C: the running cells were written, the others wait for the next invocation
-        click.echo(f"stopped on request: {runner.not_run} cell(s) not run (no report written); the same command "
-                   f"resumes", err=True)
-        sys.exit(130)
+    if runner.not_run:  # the first Ctrl-C or --time-limit: the cells that ran are written, the others wait
+        why = "stopped on request" if runner.stop.requested else "time limit"
+        click.echo(f"{why}: {runner.not_run} cell(s) not run (no report written); the same command resumes", err=True)
+        sys.exit(130 if runner.stop.requested else 75)
     if runner.failures:
         click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
         for f in runner.failures:

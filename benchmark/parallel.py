@@ -1,8 +1,8 @@
 """Cells in parallel on Ray (``bench run --workers N`` or ``--ray-address ADDR``).
 
-The runner's dependency graph becomes Ray's task graph: every input of a cell is an argument, so Ray starts a cell
-once its inputs exist and places it where its CPUs (``--threads-per-cell``) and GPU share (``--gpus-per-cell``,
-Ray's fractional GPUs) are free:
+This process (the driver) keeps the runner's dependency graph: a cell is handed to Ray once the cells whose
+outcome it takes have returned, and Ray places it where its CPUs (``--threads-per-cell``) and GPU share
+(``--gpus-per-cell``, Ray's fractional GPUs) are free. The inputs:
 
 * the base model of a (task, seed): one task per (task, seed) that has cells to do (trained once, however many
   cells wait for it), or the cached ``DIR/base/`` folder put into Ray's object store by this process;
@@ -11,6 +11,13 @@ Ray's fractional GPUs) are free:
 * with ``matched:METHOD``, every other method's cells after the setter's prune-only cell (they match its count);
 * a ``prune+recover`` or ``own-fine-tuning`` cell after its method's prune-only cell, whose prune step it reuses;
   the ``control`` after the base model.
+
+The driver hands Ray no more cells than it can run at once (its slots), so the order is the driver's, best first:
+a cell that reuses a prune step computed in this run (its method's own weights live in memory only, and a stop or
+the session's end would lose them), then the longest expected cell (the folder's recorded times,
+:class:`~benchmark.time_limit.CellTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
+not start last and leave the other workers idle, then the plan's order. Base fine-tunes are submitted when their
+(task, seed) opens (a window of slots + 1 at a time, so the object store holds few base models).
 
 Base models travel through Ray's object store, packed as :class:`~benchmark.transport.ModelParcel` (rebuilt by their
 class where they arrive: a model unpickled in a process that never constructed its class has no attention outputs),
@@ -27,202 +34,21 @@ warned here. Progress: one bar over cells whose text names what each worker is r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
-import os
-import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from benchmark.records import ORIGINAL, PRUNE_ONLY, REUSES_PRUNE, Record
+from benchmark.parallel_tasks import Outcome, remote_functions
+from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE
+from benchmark.time_limit import CellTimes
 from benchmark.transport import ModelParcel, unpack
 
 log = logging.getLogger("benchmark")
 
 POLL_S = 1.0
 """Seconds between two looks at the workers' status (the progress text) while no cell returns."""
-
-
-@dataclass
-class Outcome:
-    """What a Ray task returns for one cell (or a base model).
-
-    Attributes:
-        key: the cell key (for a base model: ``base|<task>|<seed>``).
-        record: the finished cell's record, or None when it failed or was skipped.
-        skipped: the task did not start the cell: a stop was requested (:mod:`benchmark.stopping`).
-        error: ``Type: message`` of the failure, or None.
-        trace: the failure's traceback text.
-        logs: the worker's log lines of the cell, as ``(levelno, message)``.
-        warnings: the warnings the cell raised, as ``(category, message)``.
-    """
-
-    key: str
-    record: Record | None = None
-    skipped: bool = False
-    error: str | None = None
-    trace: str = ""
-    logs: list[tuple[int, str]] = field(default_factory=list)
-    warnings: list[tuple[type, str]] = field(default_factory=list)
-
-    def record_dict(self) -> dict[str, Any] | None:
-        """The record as ``records.jsonl`` stores it, or None."""
-        return None if self.record is None else self.record.to_dict()
-
-
-class _LogCollector(logging.Handler):
-    """Keeps the ``benchmark`` logger's lines of one cell in a worker, to send them back with its outcome."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.levelno, record.getMessage()))
-
-
-class _Capture:
-    """Context manager of a worker's cell: torch threads, log lines and warnings into an :class:`Outcome`."""
-
-    def __init__(self, outcome: Outcome, threads: int) -> None:
-        self.outcome, self.threads = outcome, threads
-
-    def __enter__(self) -> Outcome:
-        import torch
-
-        torch.set_num_threads(self.threads)
-        self.handler = _LogCollector()
-        log.addHandler(self.handler)
-        log.setLevel(logging.INFO)
-        self.catcher = warnings.catch_warnings(record=True)
-        self.caught = self.catcher.__enter__()
-        warnings.simplefilter("always")
-        return self.outcome
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        self.catcher.__exit__(None, None, None)
-        log.removeHandler(self.handler)
-        self.outcome.logs = self.handler.lines
-        self.outcome.warnings = [(w.category, str(w.message)) for w in self.caught]
-        if exc is not None and isinstance(exc, Exception):  # the cell failed: its error goes back, not up
-            self.outcome.error = f"{type(exc).__name__}: {exc}"
-            self.outcome.trace = "".join(traceback.format_exception(exc_type, exc, tb))
-            return True
-        return False
-
-
-@functools.lru_cache(maxsize=4)
-def _tokenizer(model: str):
-    """The tokenizer of ``model``, loaded once per worker process."""
-    from benchmark import models
-
-    return models.load_tokenizer(model)
-
-
-def _on_worker(work):
-    """``work`` for a Ray worker: its device (``cuda`` is the GPU Ray assigned), no progress bars."""
-    import torch
-
-    from benchmark.provenance import quiet_libraries
-
-    quiet_libraries()
-    device = torch.device("cuda" if work.device.type == "cuda" else "cpu")
-    return dataclasses.replace(work, device=device, cfg=dataclasses.replace(work.cfg, progress=False))
-
-
-def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[str, Any]]:
-    """Ray task: fine-tune the base model of (``data``'s task, ``seed``); returns it on the CPU with its
-    ``train_info``; None when a stop was requested before it started. Raises what fine-tuning raises (its cells then
-    fail with that error)."""
-    import torch
-
-    if not _may_start(board, f"base|{data.spec.name}|{seed}"):
-        return None
-    torch.set_num_threads(threads)
-    work = _on_worker(work)
-    model, info = work.train_base(data, seed, _tokenizer(work.cfg.model))
-    return ModelParcel.pack(model), info
-
-
-def _cell_task(work, data, seed: int, key: str, method: str, condition: str, base, setter, original, reuse,
-               stored_prune, threads: int, board):
-    """Ray task: one cell. ``base`` is ``(model, train_info)``; ``setter`` and ``original`` are the setter's and
-    the unpruned cell's :class:`Outcome` or stored record (or None); ``reuse`` the prune step of this method's
-    prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
-    Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
-    when a stop was requested before the cell started."""
-    if not _may_start(board, key):
-        return Outcome(key, skipped=True), None
-    work = _on_worker(work)
-    outcome, state = Outcome(key), None
-    with _Capture(outcome, threads):
-        bench = work.seed_bench(data, seed, unpack(base[0]).to(work.device), _tokenizer(work.cfg.model))
-        record, state = work.run_cell(bench, method, condition, _record_of(setter), _unpacked(reuse), stored_prune)
-        outcome.record = work.finish(record, key, bench, _record_of(original))
-    return outcome, _state_on_cpu(state)
-
-
-def _may_start(board, key: str) -> bool:
-    """Whether a task may start its work (no stop requested); if so the board shows it as running here."""
-    import ray
-
-    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}"))
-
-
-def _record_of(value) -> dict[str, Any] | None:
-    """A stored record (dict), or the record of an :class:`Outcome`, or None."""
-    return value.record_dict() if isinstance(value, Outcome) else value
-
-
-def _state_on_cpu(state):
-    """A prune step ready to travel: its mask and scores on the CPU, its re-trained model packed
-    (:class:`~benchmark.transport.ModelParcel`)."""
-    if state is None:
-        return None
-    result = state.result
-    moved = dataclasses.replace(result, mask=result.mask.cpu(),
-                                scores=None if result.scores is None else result.scores.cpu(),
-                                model=ModelParcel.pack(result.model))
-    return dataclasses.replace(state, result=moved)
-
-
-def _unpacked(state):
-    """A prune step that travelled (:func:`_state_on_cpu`), with its re-trained model rebuilt; None unchanged."""
-    if state is None or not isinstance(state.result.model, ModelParcel):
-        return state
-    return dataclasses.replace(state, result=dataclasses.replace(state.result, model=state.result.model.unpack()))
-
-
-class _StatusBoard:
-    """A Ray actor: what each worker is running (``key -> where``), for the driver's progress text, and whether
-    tasks may still start (not after :meth:`stop`)."""
-
-    def __init__(self) -> None:
-        self.running: dict[str, str] = {}
-        self.stopping = False
-
-    def may_start(self, key: str, where: str) -> bool:
-        if self.stopping:
-            return False
-        self.running[key] = where
-        return True
-
-    def stop(self) -> None:
-        self.stopping = True
-
-    def snapshot(self) -> dict[str, str]:
-        return dict(self.running)
-
-
-@functools.lru_cache(maxsize=1)
-def _remote():
-    """The Ray remote functions and actor class (built on first use, so this module imports without Ray)."""
-    import ray
-
-    return (ray.remote(max_retries=0)(_base_task), ray.remote(max_retries=0, num_returns=2)(_cell_task),
-            ray.remote(num_cpus=0)(_StatusBoard))
 
 
 def _start_ray(execution) -> bool:
@@ -298,47 +124,71 @@ def run_on_ray(runner, planned: list[tuple[str, int, str, str]], todo: set[str],
             ray.shutdown()
 
 
+@dataclass
+class _Queued:
+    """A cell of an open (task, seed) that waits for its inputs or for a free slot."""
+
+    key: str
+    task: str
+    seed: int
+    method: str
+    condition: str
+    order: int  # its place in the plan
+    needs: tuple[str, ...]  # keys of the cells whose outcome it takes (those of this run must return first)
+    prune_key: str  # the key of its method's prune-only cell
+
+
 class _Driver:
-    """The loop of :func:`run_on_ray`: submits each (task, seed)'s task graph (a window of them at a time, so the
-    object store holds few base models) and writes what returns."""
+    """The loop of :func:`run_on_ray`: opens (task, seed) groups a window at a time (so the object store holds few
+    base models), hands Ray the best ready cells while it has free slots, and writes what returns."""
 
     def __init__(self, runner, planned, todo: set[str], bar) -> None:
         import ray
 
         self.runner, self.planned, self.todo, self.bar = runner, planned, todo, bar
         self.ex = runner.execution
-        base_fn, cell_fn, board_cls = _remote()
+        base_fn, cell_fn, board_cls = remote_functions()
         self.base_fn = base_fn.options(num_cpus=self.ex.threads_per_cell, num_gpus=self.ex.gpus_per_cell)
         self.cell_fn = cell_fn.options(num_cpus=self.ex.threads_per_cell, num_gpus=self.ex.gpus_per_cell)
-        self.board = board_cls.remote()
+        self.board = board_cls.remote(runner.limit)
         self.work = dataclasses.replace(runner.work, cfg=dataclasses.replace(runner.work.cfg, progress=False))
         self.groups = [(spec, seed) for spec, seeds in runner.seeds_to_do(planned, todo) for seed in seeds]
-        self.window = _slots(self.ex) + 1
+        self.slots = _slots(self.ex)
+        self.window = self.slots + 1
+        self.times = runner.limit.times if runner.limit is not None else CellTimes.of_folder(
+            runner.store.records(), runner.out / "base")
         self.pending: dict[Any, _Pending] = {}
-        self.open_groups: dict[tuple[str, int], int] = {}  # (task, seed) -> cells still pending
+        self.queue: list[_Queued] = []
+        self.open_groups: dict[tuple[str, int], int] = {}  # (task, seed) -> cells still to return
+        self.bases: dict[tuple[str, int], Any] = {}  # (task, seed) -> base model ref (cached, or a returned task)
+        self.coming: set[str] = set()  # keys of this run's cells that have not returned yet
+        self.outputs: dict[str, tuple[Any, Any]] = {}  # key -> (Outcome ref, PruneState ref) of returned cells
         self.data_refs: dict[str, tuple[Any, Any]] = {}  # task -> (TaskData, its object ref)
         self.ray = ray
 
     def run(self) -> None:
-        """Submit and collect until every group is done."""
+        """Open groups, dispatch and collect until nothing is running or can start."""
         next_group = 0
         stopping = False
-        while next_group < len(self.groups) or self.pending:
-            if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this
+        while True:
+            if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this (but
+                # the own-fine-tuning cells of prune steps computed here, benchmark.stopping.starts_after_stop)
                 stopping = True
                 self.ray.get(self.board.stop.remote())
                 next_group = len(self.groups)
+                self.queue = [q for q in self.queue if q.condition == OWN and self._reused(q)]
             while next_group < len(self.groups) and len(self.open_groups) < self.window:
-                self._submit_group(*self.groups[next_group])
+                self._open_group(*self.groups[next_group])
                 next_group += 1
+            self._dispatch()
             if not self.pending:
-                continue
+                return  # what is left in the queue cannot start (its base model never came: a stop)
             ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
             for ref in ready:
                 self._collect(ref, self.pending.pop(ref))
             self._show_status()
 
-    # ------------------------------------------------------------------ submitting
+    # ------------------------------------------------------------------ opening groups, dispatching
 
     def _data(self, spec):
         """The task's data and its object ref (prepared and put once per task)."""
@@ -347,50 +197,80 @@ class _Driver:
             self.data_refs[spec.name] = (data, self.ray.put(data))
         return self.data_refs[spec.name]
 
-    def _base(self, spec, seed: int):
-        """The object ref of the base model: the cached folder's model, or a Ray task that trains it."""
+    def _open_group(self, spec, seed: int) -> None:
+        """Queue the cells to do of (task, seed); its base model: the cached folder's, or a Ray task that trains
+        it (submitted now: it takes a slot)."""
         _, data_ref = self._data(spec)
         folder = self.runner.base_folder(spec.name, seed)
         if (folder / "config.json").exists():
             import torch
 
             cpu_work = dataclasses.replace(self.work, device=torch.device("cpu"))
-            return self.ray.put((ModelParcel.pack(cpu_work.load_base(folder)), None))
-        ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
-        self.pending[ref] = _Pending("base", spec.name, seed, key=f"base|{spec.name}|{seed}")
-        return ref
-
-    def _submit_group(self, spec, seed: int) -> None:
-        """Submit the cells to do of (task, seed), each with its inputs as arguments."""
-        _, data_ref = self._data(spec)
-        base = self._base(spec, seed)
-        work, runner = self.work, self.runner
-        stored = lambda method: runner.store.get(work.key(spec.name, seed, method, PRUNE_ONLY))  # noqa: E731
-        inputs: dict[str, Any] = {}  # method -> its prune-only Outcome ref (this run) or stored record
-        states: dict[str, Any] = {}  # method -> its prune-only PruneState ref (this run)
+            self.bases[(spec.name, seed)] = self.ray.put((ModelParcel.pack(cpu_work.load_base(folder)), None))
+        else:
+            ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
+            self.pending[ref] = _Pending("base", spec.name, seed, key=f"base|{spec.name}|{seed}")
+        work, setter = self.work, self.work.setter()
         count = 0
-        setter = work.setter()
-        for task, s, method, condition in self.planned:
-            if task != spec.name or s != seed:
-                continue
+        for order, (task, s, method, condition) in enumerate(self.planned):
             key = work.key(task, seed, method, condition)
-            if key not in self.todo:
+            if task != spec.name or s != seed or key not in self.todo:
                 continue
-            original = inputs.get(ORIGINAL, stored(ORIGINAL)) if method != ORIGINAL or condition != PRUNE_ONLY else None
-            setter_input = None
+            prune_key = work.key(task, seed, method, PRUNE_ONLY)
+            needs = [work.key(task, seed, ORIGINAL, PRUNE_ONLY)] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
             if setter is not None and method not in (ORIGINAL, setter):
-                setter_input = inputs.get(setter, stored(setter))
-            reuse = states.get(method) if condition in REUSES_PRUNE else None
-            stored_prune = stored(method) if condition in REUSES_PRUNE and reuse is None else None  # resumed
-            out_ref, state_ref = self.cell_fn.remote(work, data_ref, seed, key, method, condition, base, setter_input,
-                                                     original, reuse, stored_prune, self.ex.threads_per_cell,
-                                                     self.board)
-            if condition == PRUNE_ONLY:
-                inputs[method], states[method] = out_ref, state_ref
-            self.pending[out_ref] = _Pending("cell", task, seed, method, condition, key)
+                needs.append(work.key(task, seed, setter, PRUNE_ONLY))
+            if condition in REUSES_PRUNE:
+                needs.append(prune_key)
+            self.queue.append(_Queued(key, task, seed, method, condition, order, tuple(needs), prune_key))
+            self.coming.add(key)
             count += 1
-        if count:  # (a group is only submitted with a cell to do)
+        if count:  # (a group is only opened with a cell to do)
             self.open_groups[(spec.name, seed)] = count
+
+    def _reused(self, q: _Queued) -> bool:
+        """Whether ``q`` reuses a prune step this run computed (it holds the method's weights in memory)."""
+        return q.condition in REUSES_PRUNE and q.prune_key in self.outputs
+
+    def _rank(self, q: _Queued) -> tuple:
+        """Dispatch order (smallest first): cells reusing a prune step of this run, then the longest expected
+        (unknown counts as longest), then the plan's order (module docstring)."""
+        reused = self._reused(q)
+        stored = self.runner.store.get(q.prune_key)
+        prunes = q.method != ORIGINAL and not reused and not (q.condition == RECOVER and stored is not None)
+        estimate = self.times.cell(q.task, q.method, q.condition, prunes)
+        return (not reused, -(math.inf if estimate is None else estimate), q.order)
+
+    def _dispatch(self) -> None:
+        """Submit the best ready cells while fewer tasks than slots are running."""
+        while len(self.pending) < self.slots:
+            ready = [q for q in self.queue
+                     if (q.task, q.seed) in self.bases and not any(k in self.coming for k in q.needs)]
+            if not ready:
+                return
+            best = min(ready, key=self._rank)
+            self.queue.remove(best)
+            self._submit(best)
+
+    def _submit(self, q: _Queued) -> None:
+        """Submit one cell with its inputs: this run's returned outcomes and prune steps, else stored records."""
+        work, store = self.work, self.runner.store
+
+        def outcome_or_record(method: str):
+            key = work.key(q.task, q.seed, method, PRUNE_ONLY)
+            return self.outputs[key][0] if key in self.outputs else store.get(key)
+
+        setter = work.setter()
+        original = outcome_or_record(ORIGINAL) if (q.method, q.condition) != (ORIGINAL, PRUNE_ONLY) else None
+        setter_input = outcome_or_record(setter) if setter is not None and q.method not in (ORIGINAL, setter) else None
+        reuse = self.outputs[q.prune_key][1] if self._reused(q) else None
+        stored_prune = store.get(q.prune_key) if q.condition in REUSES_PRUNE and reuse is None else None  # resumed
+        _, data_ref = self.data_refs[q.task]
+        out_ref, state_ref = self.cell_fn.remote(work, data_ref, q.seed, q.key, q.method, q.condition,
+                                                 self.bases[(q.task, q.seed)], setter_input, original, reuse,
+                                                 stored_prune, self.ex.threads_per_cell, self.board)
+        self.pending[out_ref] = _Pending("cell", q.task, q.seed, q.method, q.condition, q.key)
+        self.outputs[q.key] = (out_ref, state_ref)  # read by its dependents once it returns
 
     # ------------------------------------------------------------------ collecting
 
@@ -403,9 +283,11 @@ class _Driver:
             value = Outcome(pending.key, error=_ray_error(exc), trace=str(exc))
         if pending.kind == "base":
             self._save_base(pending, value)
+            self.bases[(pending.task, pending.seed)] = ref  # its cells can start (and fail with its error)
             return
+        self.coming.discard(pending.key)
         outcome = value
-        if outcome.skipped:  # a stop was requested before it started: neither a record nor a failure
+        if outcome.skipped:  # a stop or the time limit kept it from starting: neither a record nor a failure
             self._close_one(pending)
             return
         for level, message in outcome.logs:
@@ -423,16 +305,21 @@ class _Driver:
         self._close_one(pending)
 
     def _close_one(self, pending: _Pending) -> None:
-        """One cell of its (task, seed) less to wait for."""
+        """One cell of its (task, seed) less to wait for; a finished group's base model and prune steps are let
+        go (Ray frees them)."""
         group = (pending.task, pending.seed)
         self.open_groups[group] -= 1
         if not self.open_groups[group]:
             del self.open_groups[group]
+            self.bases.pop(group, None)
+            done = [k for k in self.outputs if k.startswith(f"{pending.task}|seed={pending.seed}|")]
+            for key in done:
+                del self.outputs[key]
 
     def _save_base(self, pending: _Pending, value) -> None:
         """Save a base model that a worker trained (under the (task, seed)'s lock; kept if another process saved
         it first). A failed base fine-tune is logged; its cells fail with its error."""
-        if value is None:  # not started: a stop was requested
+        if value is None:  # not started: a stop was requested, or the time limit
             return
         if isinstance(value, Outcome):
             log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)

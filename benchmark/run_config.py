@@ -14,6 +14,7 @@ from typing import Any
 import methods
 from benchmark import models, tasks
 from benchmark.config import PRECISIONS, Budget, ConfigError, Preset, get_preset, parse_budget
+from benchmark.time_limit import parse_duration
 
 MAX_SEED = 2**31 - 1
 MAX_SEED_COUNT = 1000  # a seed is a base fine-tune: more than this is a typo, and 0..N-1 would be built in memory
@@ -48,6 +49,8 @@ class RunConfig:
         threads_per_cell: CPU threads (and Ray CPUs) of one cell on Ray; None: the default of
             :func:`benchmark.execution.resolve_execution`.
         gpus_per_cell: the share of a GPU one cell reserves on Ray; None: that function's default.
+        time_limit_s: ``--time-limit`` in seconds: start only the cells that should finish within it
+            (:mod:`benchmark.time_limit`); None: no limit. Not part of the experiment.
     """
 
     out: Path
@@ -69,6 +72,7 @@ class RunConfig:
     ray_address: str | None = None
     threads_per_cell: int | None = None
     gpus_per_cell: float | None = None
+    time_limit_s: float | None = None
 
 
 RAY_MISSING = ("Ray is not installed; --workers and --ray-address run cells on Ray. Install it with: "
@@ -80,16 +84,19 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                     match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None,
                     progress: bool = True, precision: str = "fp32", workers: int | None = None,
                     ray_address: str | None = None, threads_per_cell: int | None = None,
-                    gpus_per_cell: float | None = None, min_heads_per_layer: int = 0) -> RunConfig:
+                    gpus_per_cell: float | None = None, min_heads_per_layer: int = 0,
+                    time_limit: str | None = None) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
     preset's. ``workers`` / ``ray_address`` / ``threads_per_cell`` / ``gpus_per_cell``: see :func:`check_execution`.
+    ``time_limit``: ``--time-limit``'s text (:func:`benchmark.time_limit.parse_duration`), or None.
 
     Raises:
         ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
     """
     p = get_preset(preset)
+    time_limit_s = None if time_limit is None else parse_duration(time_limit)
     check_execution(workers, ray_address, threads_per_cell, gpus_per_cell)
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
@@ -111,7 +118,7 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                      min_heads_per_layer=min_heads_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
                      precision=precision, workers=workers, ray_address=ray_address,
-                     threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell)
+                     threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell, time_limit_s=time_limit_s)
 
 
 def check_execution(workers: int | None, ray_address: str | None, threads_per_cell: int | None,

@@ -43,14 +43,15 @@ from tqdm.auto import tqdm
 import methods
 from benchmark import models, tasks
 from benchmark.cell import SeedBench, TaskData, prepare_task
-from benchmark.cell_work import CellWork, PruneState, check_floor, floor_suffix
+from benchmark.cell_work import CellWork, PruneState, check_floor, floor_suffix, will_prune
 from benchmark.config import ConfigError, Experiment
 from benchmark.execution import resolve_execution
 from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
 from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
 from benchmark.run_folder import check_run_json, save_base_model
-from benchmark.stopping import StopRequest, stop_between_cells
+from benchmark.stopping import StopRequest, starts_after_stop, stop_between_cells
+from benchmark.time_limit import CellTimes, TimeLimit
 from benchmark.store import REJECTED, RecordStore, file_lock
 
 log = logging.getLogger("benchmark")
@@ -122,6 +123,7 @@ class Runner:
         self.failures: list[dict[str, Any]] = []
         self.stop = StopRequest()  # replaced by run()'s, which the first SIGINT sets
         self.not_run = 0
+        self.limit: TimeLimit | None = None  # run()'s, with --time-limit
         self.tokenizer = None  # loaded by the first task_data()
         # the last prune step, reused by the prune+recover cell of the same (task, seed, method)
         self._pruned: dict[tuple[str, int, str], PruneState] = {}
@@ -205,6 +207,10 @@ class Runner:
                              "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})
         log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
                  self.execution.summary())
+        if self.cfg.time_limit_s is not None:
+            self.limit = TimeLimit.starting_now(self.cfg.time_limit_s,
+                                                CellTimes.of_folder(self.store.records(), self.out / "base"))
+            log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         try:
             with stop_between_cells() as self.stop:
@@ -217,9 +223,10 @@ class Runner:
         finally:
             bar.close()
         failed = {f["cell"] for f in self.failures}
-        self.not_run = len(todo - failed) if self.stop.requested else 0
+        self.not_run = len(todo - failed) if self.stop.requested or self.limit is not None else 0
         if self.not_run:
-            log.warning("stopped on request: %d cell(s) not run; the same command resumes", self.not_run)
+            log.warning("%s: %d cell(s) not run; the same command resumes",
+                        "stopped on request" if self.stop.requested else "time limit", self.not_run)
         return [self.store.get(k) for k in keys if self.store.get(k) is not None]
 
     def seeds_to_do(self, planned, todo: set[str]) -> list[tuple[tasks.TaskSpec, list[int]]]:
@@ -253,17 +260,24 @@ class Runner:
     def _run_seed(self, data: TaskData, seed: int, cells, todo: set[str], bar) -> None:
         """Run the cells of one (task, seed) that are in ``todo``; store each record, or its failure."""
         spec = data.spec
+        if (self.limit is not None and not (self.base_folder(spec.name, seed) / "config.json").exists()
+                and not self.limit.fits_base(spec.name)):
+            return  # its fine-tune would not finish in time: so would none of its cells
         bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         for task_name, _, method, condition in cells:
             key = self._key(task_name, seed, method, condition)
             if key not in todo:
                 continue
-            if self.stop.requested:
-                return
+            inputs = self._cell_inputs(bench, method, condition)
+            if self.stop.requested and not starts_after_stop(condition, inputs[1]):
+                continue
+            if self.limit is not None and not self.limit.fits_cell(spec.name, method, condition,
+                                                                   will_prune(method, condition, *inputs[1:])):
+                continue
             bar.set_description(f"{spec.name} s{seed} {method} {condition}")
             try:
-                record = self._run_cell(bench, method, condition)
+                record = self._run_cell(bench, method, condition, inputs)
             except Exception as exc:  # noqa: BLE001 - a failed cell must not lose the others
                 self.record_failure(key, spec.name, seed, method, condition, f"{type(exc).__name__}: {exc}",
                                     traceback.format_exc())
@@ -272,20 +286,24 @@ class Runner:
                 todo.discard(key)
             bar.update(1)
 
-    def _run_cell(self, bench: SeedBench, method: str, condition: str) -> Record:
-        """One cell (:meth:`CellWork.run_cell <benchmark.cell_work.CellWork.run_cell>`) with the setter's record
-        from the store; a method's prune-only result is kept for its prune+recover cell."""
+    def _cell_inputs(self, bench: SeedBench, method: str, condition: str):
+        """``(setter record, reused prune step, stored prune-only record)`` of a cell, as
+        :meth:`CellWork.run_cell <benchmark.cell_work.CellWork.run_cell>` takes them: the setter's record and a
+        resumed run's prune-only record from the store, this run's last prune step of the method."""
         spec = bench.data.spec
         setter = self.work.setter()
         setter_record = self.store.get(self._key(spec.name, bench.seed, setter, PRUNE_ONLY)) if setter else None
-        cache_key = (spec.name, bench.seed, method)
-        reuse = self._pruned.get(cache_key)
+        reuse = self._pruned.get((spec.name, bench.seed, method))
         stored = None
         if condition in REUSES_PRUNE and (reuse is None or reuse.from_record):  # resumed: prune-only was stored
             stored = self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY))
-        record, state = self.work.run_cell(bench, method, condition, setter_record, reuse, stored)
+        return setter_record, reuse, stored
+
+    def _run_cell(self, bench: SeedBench, method: str, condition: str, inputs) -> Record:
+        """One cell with its :meth:`_cell_inputs`; a method's prune step is kept for its other conditions."""
+        record, state = self.work.run_cell(bench, method, condition, *inputs)
         if state is not None:
-            self._pruned = {cache_key: state}  # keep one: models are large
+            self._pruned = {(bench.data.spec.name, bench.seed, method): state}  # keep one: models are large
         return record
 
     def record_failure(self, key: str, task: str, seed: int, method: str, condition: str, error: str,

@@ -1,5 +1,5 @@
-"""Stopping a run between cells: the first Ctrl-C (SIGINT) lets the running cells finish and starts no other; a
-second one stops at once, as before.
+"""Stopping a run between cells: the first Ctrl-C (SIGINT) lets the running cells finish and starts no other (but
+the ``own-fine-tuning`` cells of prune steps this run computed, see below); a second one stops at once, as before.
 
 A long run spans sittings (the runner resumes), and every stop used to lose the cells that were running (an AUBER
 cell is half an hour of one CPU). :func:`stop_between_cells` replaces SIGINT's handler while a run computes: the
@@ -7,6 +7,12 @@ first signal only sets :attr:`StopRequest.requested` (no exception in the middle
 written); the runner's loops (here and on Ray, :mod:`benchmark.parallel`) check it before they start a cell, and
 return once the running cells are written. The second signal restores the previous handler and raises
 ``KeyboardInterrupt`` where the process is.
+
+One kind of cell still starts after the first signal: an ``own-fine-tuning`` cell whose method's prune step this run
+has computed (:func:`starts_after_stop`). It only evaluates the weights that prune step returned, which live in this
+run's memory alone: skipped, a later run would have to prune again for them (AUBER: half an hour of one CPU) to
+spend seconds on its dev set. Every other cell resumes from what is stored (a ``prune+recover`` cell recovers the
+stored prune-only mask).
 """
 from __future__ import annotations
 
@@ -18,6 +24,15 @@ import threading
 from typing import Iterator
 
 log = logging.getLogger("benchmark")
+
+
+def starts_after_stop(condition: str, reuse) -> bool:
+    """Whether a cell still starts after a stop was requested: an ``own-fine-tuning`` cell whose prune step
+    (``reuse``, a :class:`~benchmark.cell_work.PruneState` or None) this run computed, and so holds its method's own
+    weights in memory (a state rebuilt from a stored record holds none)."""
+    from benchmark.records import OWN
+
+    return condition == OWN and reuse is not None and not reuse.from_record
 
 
 class StopRequest:
@@ -55,8 +70,9 @@ def stop_between_cells() -> Iterator[StopRequest]:
             signal.signal(signal.SIGINT, previous)
             raise KeyboardInterrupt
         stop.request()
-        message = ("stopping after the running cells (they finish and are written; no other cell starts); press "
-                   "Ctrl-C again to stop at once, losing them")
+        message = ("stopping after the running cells (they finish and are written; no other cell starts but the "
+                   "own-fine-tuning evaluations of prune steps already computed); press Ctrl-C again to stop at "
+                   "once, losing them")
         os.write(2, f"\nbench run: {message}\n".encode())  # async-signal-safe, unlike print
         log.warning("%s", message)
 

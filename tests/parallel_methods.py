@@ -74,17 +74,45 @@ class KillsItsProcess(HeadPruner):
 @register
 class RequestsStop(HeadPruner):
     """Sends SIGINT (a Ctrl-C) to the process whose pid is in the file of option ``pid_file`` (the run's driver),
-    then keeps running for ``seconds``: the stop arrives while this cell runs, which must still be written."""
+    then keeps running for ``seconds``: the stop arrives while this cell runs, which must still be written. With
+    ``retrained`` it returns its model as re-trained weights (as AUBER does), so the run plans its ``own-fine-tuning``
+    cell too."""
 
     name = "test-requests-stop"
     summary = "test only: its prune step presses Ctrl-C on the driver, then finishes"
     needs_target = False
     exact_budget = False
-    defaults = {"pid_file": "", "seconds": 2.0}
+    defaults = {"pid_file": "", "seconds": 2.0, "retrained": False}
+
+    def changes_weights(self) -> bool:
+        return bool(self.options["retrained"])
 
     def prune(self, model, context):
         os.kill(int(open(self.options["pid_file"]).read()), signal.SIGINT)
         time.sleep(self.options["seconds"])
         mask = torch.ones(context.num_layers, context.num_heads)
         mask[0, 0] = 0
+        if self.options["retrained"]:
+            return PruningResult(mask=mask, retrained=True, model=model)
         return PruningResult(mask=mask)
+
+
+@register
+class SlowRetrainer(HeadPruner):
+    """Prunes head 0 of layer 0 after ``seconds`` and returns its model as re-trained weights (as AUBER does), so
+    the run plans an ``own-fine-tuning`` cell that reuses this prune step."""
+
+    name = "test-slow-retrainer"
+    summary = "test only: returns its own weights, slowly"
+    needs_target = False
+    exact_budget = False
+    defaults = {"seconds": 3.0}
+
+    def changes_weights(self) -> bool:
+        return True
+
+    def prune(self, model, context):
+        time.sleep(self.options["seconds"])
+        mask = torch.ones(context.num_layers, context.num_heads)
+        mask[0, 0] = 0
+        return PruningResult(mask=mask, retrained=True, model=model)
