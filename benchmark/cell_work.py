@@ -102,7 +102,16 @@ def prune_input(condition: str, reuse: PruneState | None, stored_prune: dict[str
 
 def will_prune(method: str, condition: str, reuse: PruneState | None, stored_prune: dict[str, Any] | None) -> bool:
     """Whether a cell runs its method's prune step (:func:`prune_input`; the unpruned model never does)."""
-    return method != ORIGINAL and prune_input(condition, reuse, stored_prune) is None
+    return prunes_again(method, condition, computed=reuse is not None and not reuse.from_record,
+                        stored=stored_prune is not None or (reuse is not None and reuse.from_record))
+
+
+def prunes_again(method: str, condition: str, computed: bool, stored: bool) -> bool:
+    """Whether a cell runs its method's prune step, knowing only whether this run ``computed`` the step (it holds
+    the result, weights included) and whether a prune-only record of it is ``stored`` (mask and scores, no
+    weights): not the unpruned model, nor a cell with the step computed, nor a ``prune+recover`` cell with it
+    stored (:func:`prune_input`). The Ray driver asks it before the step's result has reached it."""
+    return method != ORIGINAL and not computed and not (condition == RECOVER and stored)
 
 
 @dataclass

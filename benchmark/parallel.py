@@ -14,8 +14,8 @@ outcome it takes have returned, and Ray places it where its CPUs (``--threads-pe
 
 The driver hands Ray no more cells than it can run at once (its slots), so the order is the driver's, best first:
 a cell that reuses a prune step computed in this run (its method's own weights live in memory only, and a stop or
-the session's end would lose them), then the longest expected cell (the folder's recorded times,
-:class:`~benchmark.time_limit.CellTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
+the session's end would lose them), then the longest expected cell (the folder's recorded times and
+this run's, :class:`~benchmark.time_limit.CellTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
 not start last and leave the other workers idle, then the plan's order. Base fine-tunes are submitted when their
 (task, seed) opens (a window of slots + 1 at a time, so the object store holds few base models).
 
@@ -40,8 +40,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from benchmark.cell_work import prunes_again
 from benchmark.parallel_tasks import Outcome, remote_functions
-from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE
+from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE
 from benchmark.time_limit import CellTimes
 from benchmark.transport import ModelParcel, unpack
 
@@ -236,8 +237,7 @@ class _Driver:
         """Dispatch order (smallest first): cells reusing a prune step of this run, then the longest expected
         (unknown counts as longest), then the plan's order (module docstring)."""
         reused = self._reused(q)
-        stored = self.runner.store.get(q.prune_key)
-        prunes = q.method != ORIGINAL and not reused and not (q.condition == RECOVER and stored is not None)
+        prunes = prunes_again(q.method, q.condition, reused, self.runner.store.get(q.prune_key) is not None)
         estimate = self.times.cell(q.task, q.method, q.condition, prunes)
         return (not reused, -(math.inf if estimate is None else estimate), q.order)
 
@@ -287,15 +287,16 @@ class _Driver:
             return
         self.coming.discard(pending.key)
         outcome = value
-        if outcome.skipped:  # a stop or the time limit kept it from starting: neither a record nor a failure
-            self._close_one(pending)
-            return
         for level, message in outcome.logs:
             log.log(level, "%s", message)
         for category, message in outcome.warnings:
             warnings.warn(message, category, stacklevel=1)
+        if outcome.skipped:  # a stop or the time limit kept it from starting: neither a record nor a failure
+            self._close_one(pending)
+            return
         if outcome.record is not None:
             self.runner.store.add(outcome.record)
+            self._learn("add_record", outcome.record_dict())
             self.todo.discard(pending.key)
             log.info("cell %s done (%.1f s)", pending.key, outcome.record.cost.wall_s)
         else:
@@ -320,12 +321,22 @@ class _Driver:
         """Save a base model that a worker trained (under the (task, seed)'s lock; kept if another process saved
         it first). A failed base fine-tune is logged; its cells fail with its error."""
         if value is None:  # not started: a stop was requested, or the time limit
+            log.info("base model of %s seed %d not trained: a stop, or the time limit", pending.task, pending.seed)
             return
         if isinstance(value, Outcome):
             log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)
             return
         model, info = value
         self.runner.save_base(pending.task, pending.seed, unpack(model), info)
+        self._learn("add_base", pending.task, info)
+
+    def _learn(self, what: str, *args) -> None:
+        """Add a finished cell's record (``add_record``) or base fine-tune (``add_base``) to the time estimates:
+        the driver's, which order the cells, and the status board's, which hold ``--time-limit``
+        (:class:`~benchmark.time_limit.CellTimes`)."""
+        getattr(self.times, what)(*args)
+        if self.runner.limit is not None:  # waited for: the next cell's worker asks the board
+            self.ray.get(self.board.learn.remote(what, *args))
 
     def _show_status(self) -> None:
         """The bar's text: what each worker runs now."""

@@ -116,7 +116,7 @@ def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[st
     fail with that error)."""
     import torch
 
-    if not _may_start(board, f"base|{data.spec.name}|{seed}", cell=("base", data.spec.name)):
+    if _refusal(board, f"base|{data.spec.name}|{seed}", cell=("base", data.spec.name)) is not None:
         return None
     torch.set_num_threads(threads)
     work = _on_worker(work)
@@ -135,8 +135,9 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     if base is None:  # its base fine-tune did not start (a stop, or --time-limit): nor does the cell
         return Outcome(key, skipped=True), None
     prunes = will_prune(method, condition, reuse, stored_prune)
-    if not _may_start(board, key, starts_after_stop(condition, reuse), (data.spec.name, method, condition, prunes)):
-        return Outcome(key, skipped=True), None
+    refusal = _refusal(board, key, starts_after_stop(condition, reuse), (data.spec.name, method, condition, prunes))
+    if refusal is not None:
+        return Outcome(key, skipped=True, logs=[(logging.INFO, f"cell {key} not started: {refusal}")]), None
     work = _on_worker(work)
     outcome, state = Outcome(key), None
     with _Capture(outcome, threads):
@@ -146,13 +147,14 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     return outcome, _state_on_cpu(state)
 
 
-def _may_start(board, key: str, after_stop: bool = False, cell: tuple | None = None) -> bool:
-    """Whether a task may start its work (no stop requested, or ``after_stop``: it starts even then, see
-    :func:`~benchmark.stopping.starts_after_stop`; and it fits the run's ``--time-limit``, ``cell`` being
-    ``("base", task)`` or ``(task, method, condition, prunes)``); if so the board shows it as running here."""
+def _refusal(board, key: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
+    """Why a task may not start its work (a stop was requested, unless ``after_stop``: it starts even then, see
+    :func:`~benchmark.stopping.starts_after_stop`; or it does not fit the run's ``--time-limit``, ``cell`` being
+    ``("base", task)`` or ``(task, method, condition, prunes)``), or None: it may, and the board shows it as running
+    here."""
     import ray
 
-    return ray.get(board.may_start.remote(key, f"pid {os.getpid()}", after_stop, cell))
+    return ray.get(board.refusal.remote(key, f"pid {os.getpid()}", after_stop, cell))
 
 
 def _record_of(value) -> dict[str, Any] | None:
@@ -189,18 +191,24 @@ class _StatusBoard:
         self.stopping = False
         self.limit = limit
 
-    def may_start(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> bool:
+    def refusal(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
         if self.stopping and not after_stop:
-            return False
+            return "stop requested"
         if self.limit is not None and cell is not None:
-            fits = self.limit.fits_base(cell[1]) if cell[0] == "base" else self.limit.fits_cell(*cell)
-            if not fits:
-                return False
+            refusal = self.limit.base_refusal(cell[1]) if cell[0] == "base" else self.limit.cell_refusal(*cell)
+            if refusal is not None:
+                return refusal
         self.running[key] = where
-        return True
+        return None
 
     def stop(self) -> None:
         self.stopping = True
+
+    def learn(self, what: str, *args) -> None:
+        """Add a finished record or base fine-tune to the limit's estimates (``CellTimes.add_record`` or
+        ``CellTimes.add_base``)."""
+        if self.limit is not None:
+            getattr(self.limit.times, what)(*args)
 
     def snapshot(self) -> dict[str, str]:
         return dict(self.running)

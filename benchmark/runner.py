@@ -260,9 +260,11 @@ class Runner:
     def _run_seed(self, data: TaskData, seed: int, cells, todo: set[str], bar) -> None:
         """Run the cells of one (task, seed) that are in ``todo``; store each record, or its failure."""
         spec = data.spec
-        if (self.limit is not None and not (self.base_folder(spec.name, seed) / "config.json").exists()
-                and not self.limit.fits_base(spec.name)):
-            return  # its fine-tune would not finish in time: so would none of its cells
+        if self.limit is not None and not (self.base_folder(spec.name, seed) / "config.json").exists():
+            refusal = self.limit.base_refusal(spec.name)
+            if refusal is not None:  # its fine-tune would not finish in time: so would none of its cells
+                log.info("base model of %s seed %d not trained: %s", spec.name, seed, refusal)
+                return
         bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         for task_name, _, method, condition in cells:
@@ -272,9 +274,12 @@ class Runner:
             inputs = self._cell_inputs(bench, method, condition)
             if self.stop.requested and not starts_after_stop(condition, inputs[1]):
                 continue
-            if self.limit is not None and not self.limit.fits_cell(spec.name, method, condition,
-                                                                   will_prune(method, condition, *inputs[1:])):
-                continue
+            if self.limit is not None:
+                refusal = self.limit.cell_refusal(spec.name, method, condition,
+                                                  will_prune(method, condition, *inputs[1:]))
+                if refusal is not None:
+                    log.info("cell %s not started: %s", key, refusal)
+                    continue
             bar.set_description(f"{spec.name} s{seed} {method} {condition}")
             try:
                 record = self._run_cell(bench, method, condition, inputs)
@@ -282,8 +287,11 @@ class Runner:
                 self.record_failure(key, spec.name, seed, method, condition, f"{type(exc).__name__}: {exc}",
                                     traceback.format_exc())
             else:
-                self.store.add(self.work.finish(record, key, bench, self.store.get(original_key)))
+                record = self.work.finish(record, key, bench, self.store.get(original_key))
+                self.store.add(record)
                 todo.discard(key)
+                if self.limit is not None:  # the next seeds' cells are estimated from it
+                    self.limit.times.add_record(record.to_dict())
             bar.update(1)
 
     def _cell_inputs(self, bench: SeedBench, method: str, condition: str):
@@ -356,6 +364,8 @@ class Runner:
             model, info = self.work.train_base(data, seed, self.tokenizer)
             save_base_model(model, self.tokenizer, folder, info)
             log.info("base model %s trained in %.0f s", folder, info["wall_s"])
+            if self.limit is not None:
+                self.limit.times.add_base(data.spec.name, info)
             return model
 
     def close(self) -> None:

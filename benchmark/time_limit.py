@@ -8,7 +8,8 @@ The run then ends with the cells left to do, like the first Ctrl-C (:mod:`benchm
 resumes it.
 
 What a cell will take comes from the folder's finished cells of the same task, method and condition
-(:class:`CellTimes`), times :data:`MARGIN`:
+(:class:`CellTimes`), times :data:`MARGIN`; the run adds each record and base fine-tune it finishes, so the later
+seeds of a task new to the folder are estimated from its first:
 
 * a record's wall time splits into its prune step (``cost.prune_wall_s``, when the cell pruned) and the rest (dev
   evaluation, recovery, the control's fine-tune). A ``prune+recover`` or ``own-fine-tuning`` cell that reused its
@@ -18,16 +19,23 @@ What a cell will take comes from the folder's finished cells of the same task, m
 * a cell is estimated as the longest "rest" of its (task, method, condition), plus the longest prune step of its
   (task, method) when it will prune (a prune-only cell, or an ``own-fine-tuning`` cell of a resumed run, which
   prunes again for the weights);
+* a cell whose own task has none of its (method, condition) yet is estimated from another task that has, scaled up,
+  never down, by how much longer the task's base fine-tune took than the other's: the larger of the two ratios of
+  their shortest fine-tunes, in seconds and in seconds per train example (the larger the task's train split, or
+  its sentences, the longer). Without a base fine-tune of both tasks there is no such estimate. Measured on
+  ``results/quick-protocol2``: the CoLA cells took 0.2-0.8 of their MRPC times (shorter sentences), which this rule
+  estimates at 1.0 of them (the shortest CoLA fine-tune, 536 s, is shorter than MRPC's, 569 s);
 * a base fine-tune as the longest one recorded for the task (``base/*/train_info.json``).
 
-A cell that nothing recorded can estimate (a new task or method) starts only while the time left is at least the
-longest cell or fine-tune the folder has recorded, times :data:`MARGIN`; in a folder with no record it starts while
-any time is left. Times recorded on another machine or under other load estimate this one's only roughly: the
-margin covers some of it, not a slower machine.
+A cell or fine-tune that nothing recorded can estimate (a new method, a new task's base fine-tune) starts only while
+the time left is at least the longest cell or fine-tune the folder has recorded, times :data:`MARGIN`; in a folder
+with no record it starts while any time is left. Times recorded on another machine or under other load estimate
+this one's only roughly: the margin covers some of it, not a slower machine.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -72,54 +80,92 @@ class CellTimes:
         prune: ``task|method`` -> the longest prune step.
         rest: ``task|method|condition`` -> the longest time besides the prune step.
         base: ``task`` -> the longest base fine-tune.
+        base_shortest: ``task`` -> the shortest base fine-tune, and the shortest per train example (s/example;
+            None when no ``train_info`` gave an example count), which scale estimates between tasks.
         longest: the longest cell or base fine-tune of any kind (0.0: nothing recorded).
+        own_steps: ``task|seed|method`` -> the prune-only record's ``prune_wall_s`` (recognises reused steps).
     """
 
     prune: dict[str, float] = field(default_factory=dict)
     rest: dict[str, float] = field(default_factory=dict)
     base: dict[str, float] = field(default_factory=dict)
+    base_shortest: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     longest: float = 0.0
+    own_steps: dict[str, float | None] = field(default_factory=dict)
 
     @classmethod
     def of_folder(cls, records: Iterable[dict[str, Any]], base_dir: Path) -> "CellTimes":
-        """From ``records`` (as ``records.jsonl`` stores them) and the ``train_info.json`` of each base model
-        under ``base_dir`` (folders ``<task>-seed<N>``; an unreadable one is left out)."""
-        times, records = cls(), list(records)
-        prune_only = {_key(r["task"], r["seed"], r["method"]): (r.get("cost") or {}).get("prune_wall_s")
-                      for r in records if r["condition"] == PRUNE_ONLY}
-        for record in records:
-            cost = record.get("cost") or {}
-            wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
-            own_step = prune_only.get(_key(record["task"], record["seed"], record["method"]))
-            if record["method"] == ORIGINAL:  # the unpruned model: no prune step
-                pruned = False
-            elif record["condition"] == PRUNE_ONLY:  # it pruned (random's step may round to 0.0 s: still known)
-                pruned = True
-            elif own_step is None:
-                pruned = wall >= prune
-            else:  # the prune-only cell's time copied: its prune step reused
-                pruned = prune != own_step
-            if pruned:
-                times._keep(times.prune, _key(record["task"], record["method"]), prune)
-            times._keep(times.rest, _key(record["task"], record["method"], record["condition"]),
-                        wall - prune if pruned else wall)
-            times.longest = max(times.longest, wall)
+        """From ``records`` (as ``records.jsonl`` stores them; prune-only records are read first) and the
+        ``train_info.json`` of each base model under ``base_dir`` (folders ``<task>-seed<N>``; an unreadable one is
+        left out)."""
+        times = cls()
+        for record in sorted(records, key=lambda r: r["condition"] != PRUNE_ONLY):
+            times.add_record(record)
         for info_file in sorted(base_dir.glob("*-seed*/train_info.json")) if base_dir.is_dir() else []:
             try:
-                wall = float(json.loads(info_file.read_text())["wall_s"])
+                info = json.loads(info_file.read_text())
+                times.add_base(info_file.parent.name.rsplit("-seed", 1)[0], info)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            times._keep(times.base, info_file.parent.name.rsplit("-seed", 1)[0], wall)
-            times.longest = max(times.longest, wall)
         return times
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Learn a finished cell's times (a record as ``records.jsonl`` stores it). A cell that reuses a prune
+        step is recognised only when its prune-only record was added before it (as a run finishes them)."""
+        cost = record.get("cost") or {}
+        wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
+        step_key = _key(record["task"], record["seed"], record["method"])
+        if record["condition"] == PRUNE_ONLY:
+            self.own_steps[step_key] = cost.get("prune_wall_s")
+        own_step = self.own_steps.get(step_key)
+        if record["method"] == ORIGINAL:  # the unpruned model: no prune step
+            pruned = False
+        elif record["condition"] == PRUNE_ONLY:  # it pruned (random's step may round to 0.0 s: still known)
+            pruned = True
+        elif own_step is None:
+            pruned = wall >= prune
+        else:  # the prune-only cell's time copied: its prune step reused
+            pruned = prune != own_step
+        if pruned:
+            self._keep(self.prune, _key(record["task"], record["method"]), prune)
+        self._keep(self.rest, _key(record["task"], record["method"], record["condition"]),
+                   wall - prune if pruned else wall)
+        self.longest = max(self.longest, wall)
+
+    def add_base(self, task: str, info: dict[str, Any]) -> None:
+        """Learn a base fine-tune's time from its ``train_info`` (``wall_s``; ``examples``, the train split's size).
+
+        Raises:
+            KeyError, TypeError, ValueError: ``info`` has no number ``wall_s``.
+        """
+        wall = float(info["wall_s"])
+        examples = info.get("examples")
+        per_example = wall / examples if isinstance(examples, int) and examples > 0 else None
+        self._keep(self.base, task, wall)
+        shortest, shortest_per_example = self.base_shortest.get(task, (math.inf, None))
+        known = [v for v in (shortest_per_example, per_example) if v is not None]
+        self.base_shortest[task] = (min(shortest, wall), min(known, default=None))
+        self.longest = max(self.longest, wall)
 
     @staticmethod
     def _keep(table: dict[str, float], key: str, value: float) -> None:
         table[key] = max(table.get(key, 0.0), value)
 
     def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
-        """Estimated seconds of a cell (before :data:`MARGIN`), or None when the folder has no such cell (or, when
-        it ``prunes``, no prune step of its method on the task)."""
+        """Estimated seconds of a cell (before :data:`MARGIN`): from its task's records, else from another task's
+        scaled (module docstring); None when neither estimates it."""
+        own = self._recorded(task, method, condition, prunes)
+        if own is not None:
+            return own
+        guesses = []
+        for other in {k.split("|", 1)[0] for k in self.rest} - {task}:
+            recorded, scale = self._recorded(other, method, condition, prunes), self.scale(task, other)
+            if recorded is not None and scale is not None:
+                guesses.append(recorded * scale)
+        return max(guesses, default=None)
+
+    def _recorded(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
+        """The estimate from ``task``'s own records, or None."""
         rest = self.rest.get(_key(task, method, condition))
         if rest is None:
             return None
@@ -127,6 +173,18 @@ class CellTimes:
             return rest
         prune = self.prune.get(_key(task, method))
         return None if prune is None else prune + rest
+
+    def scale(self, task: str, other: str) -> float | None:
+        """How many times longer work on ``task`` is taken to be than on ``other``: the larger of 1 and the ratios
+        of their shortest base fine-tunes, in seconds and in seconds per example; None without a base fine-tune
+        of both."""
+        if task not in self.base_shortest or other not in self.base_shortest:
+            return None
+        (wall, per_example), (other_wall, other_per_example) = self.base_shortest[task], self.base_shortest[other]
+        ratios = [1.0, wall / other_wall]
+        if per_example is not None and other_per_example is not None:
+            ratios.append(per_example / other_per_example)
+        return max(ratios)
 
 
 @dataclass
@@ -152,18 +210,36 @@ class TimeLimit:
         """Seconds left (negative once the deadline passed)."""
         return self.deadline - (time.time() if now is None else now)
 
-    def fits(self, estimate: float | None, now: float | None = None) -> bool:
-        """Whether work estimated at ``estimate`` seconds (None: unknown, see the module docstring) should finish
-        before the deadline."""
+    def refusal(self, estimate: float | None, now: float | None = None) -> str | None:
+        """Why work estimated at ``estimate`` seconds (None: unknown, see the module docstring) should not start
+        (it would not finish before the deadline), or None: it fits."""
         left = self.left(now)
         if estimate is None:
-            return left > 0 and left >= self.margin * self.times.longest
-        return self.margin * estimate <= left
+            if left > 0 and left >= self.margin * self.times.longest:
+                return None
+            return (f"time limit: no recorded time estimates it, and {left:.0f} s left < {self.margin} x the "
+                    f"longest recorded work ({self.times.longest:.0f} s)")
+        if self.margin * estimate <= left:
+            return None
+        return f"time limit: expected {estimate:.0f} s x {self.margin} > {left:.0f} s left"
+
+    def fits(self, estimate: float | None, now: float | None = None) -> bool:
+        """Whether work estimated at ``estimate`` seconds should finish before the deadline (:meth:`refusal`)."""
+        return self.refusal(estimate, now) is None
+
+    def cell_refusal(self, task: str, method: str, condition: str, prunes: bool,
+                     now: float | None = None) -> str | None:
+        """Why a cell (``prunes``: it will run its method's prune step) should not start, or None: it fits."""
+        return self.refusal(self.times.cell(task, method, condition, prunes), now)
+
+    def base_refusal(self, task: str, now: float | None = None) -> str | None:
+        """Why a base fine-tune of ``task`` should not start, or None: it fits."""
+        return self.refusal(self.times.base.get(task), now)
 
     def fits_cell(self, task: str, method: str, condition: str, prunes: bool, now: float | None = None) -> bool:
         """Whether a cell (``prunes``: it will run its method's prune step) should finish before the deadline."""
-        return self.fits(self.times.cell(task, method, condition, prunes), now)
+        return self.cell_refusal(task, method, condition, prunes, now) is None
 
     def fits_base(self, task: str, now: float | None = None) -> bool:
         """Whether a base fine-tune of ``task`` should finish before the deadline."""
-        return self.fits(self.times.base.get(task), now)
+        return self.base_refusal(task, now) is None

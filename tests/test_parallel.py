@@ -298,14 +298,20 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
     """Seed 0 runs whole; its random prune+recover record is then made to say 10^6 s. Seed 1 under --time-limit
     10m: every cell runs but that one (its estimate does not fit), the run exits 75 with 1 cell not run and no
     failure (a rerun resumes as after any stop). Before, with the base fine-tune made to say 10^6 s,
-    the same command starts nothing: no cell runs without its base model, and none fails."""
+    the same command starts nothing: no cell runs without its base model, and none fails.
+
+    Last, a method new to the folder (a prune step of 12 s) on both seeds, under a limit of 26 s, one cell at a
+    time: seed 0's cell starts (nothing estimates it, and 26 s exceeds 1.25 x the longest recorded work, a few
+    seconds); the run learns its time, so seed 1's, which starts at least 12 s later, when at most 14 s < 1.25 x 12 s
+    are left, is refused with that estimate (a run that learnt only from the folder would start it, or refuse it as
+    unestimated), and run.log says why."""
     out = tmp_path / "run"
     args = ["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--budget", "heads:10", "--device", "cpu",
             "--no-progress", "--no-report", "--data-dir", str(glue_dir), "--out", str(out)]
     args += ["--workers", str(workers)] if workers else []
     first = _bench([*args, "--seeds", "1"])
     assert first.exit_code == 0, first.output
-    lines = (out / "records.jsonl").read_text().splitlines()
+    first_lines = lines = (out / "records.jsonl").read_text().splitlines()
     edited = []
     for line in lines:
         record = json.loads(line)
@@ -331,6 +337,20 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
     assert (1, "random", "prune+recover") not in done
     assert {(1, "original", "prune-only"), (1, "original", "control"), (1, "random", "prune-only")} <= done
     assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+    assert any("seed=1|random|" in line and "|prune+recover|" in line and "not started: time limit: expected" in line
+               for line in (out / "run.log").read_text().splitlines())
+
+    lines = (out / "records.jsonl").read_text().splitlines()  # seed 0's cell as it was: 10^6 s no longer longest
+    (out / "records.jsonl").write_text("\n".join(first_lines + lines[len(first_lines):]) + "\n")
+    slow = [*args[:3], "test-slow-retrainer", *args[4:], "--option", "test-slow-retrainer.seconds=12", "--seeds", "2",
+            "--time-limit", "26s", *(["--workers", "1"] if workers else [])]
+    learned = _bench(slow)
+    assert learned.exit_code == 75, learned.output
+    done = {(r["seed"], r["method"], r["condition"]) for r in RecordStore(out).records()}
+    assert (0, "test-slow-retrainer", "prune-only") in done and (1, "test-slow-retrainer", "prune-only") not in done
+    seed1 = next(line for line in (out / "run.log").read_text().splitlines()
+                 if "seed=1|test-slow-retrainer|" in line and "|prune-only|" in line and "not started" in line)
+    assert float(seed1.split("expected ")[1].split(" s")[0]) >= 12, seed1
 
 
 

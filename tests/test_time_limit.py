@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from benchmark.cli import main
 from benchmark.config import ConfigError
+from benchmark.parallel_tasks import _StatusBoard
 from benchmark.time_limit import MARGIN, CellTimes, TimeLimit, parse_duration
 
 
@@ -35,22 +36,25 @@ def _record(task, seed, method, condition, wall, prune):
             "cost": {"wall_s": wall, "prune_wall_s": prune}}
 
 
+RECORDS = [
+    _record("mrpc", 0, "auber", "prune-only", 1860.0, 1856.0),
+    _record("mrpc", 0, "auber", "prune+recover", 154.0, 1856.0),  # reused (shorter than its step)
+    _record("mrpc", 0, "auber", "own-fine-tuning", 1889.0, 1885.0),  # pruned again
+    _record("mrpc", 0, "michel", "prune-only", 86.0, 80.0),
+    _record("mrpc", 0, "michel", "prune+recover", 428.0, 80.0),  # reused, yet longer than the step
+    _record("mrpc", 1, "michel", "prune-only", 90.0, 85.0),
+    _record("mrpc", 1, "michel", "prune+recover", 400.0, 85.0),
+    _record("mrpc", 0, "original", "control", 205.0, 0.0),
+    _record("rte", 0, "voita", "prune+recover", 900.0, 700.0),  # no prune-only record: pruned (wall >= step)
+    _record("rte", 0, "random", "prune-only", 3.0, 0.0),  # a prune step rounded to 0.0 s is known: 0
+    _record("rte", 0, "original", "prune-only", 2.0, 0.0),  # the unpruned model has none
+]
+
+
 def test_cell_times_split_prune_steps_from_the_rest(tmp_path):
     """A reused prune step carries its prune-only cell's time (all of the cell is 'rest', even when it is longer
     than that step); a cell that pruned again (another number) has it taken off; the longest of each kind is kept."""
-    records = [
-        _record("mrpc", 0, "auber", "prune-only", 1860.0, 1856.0),
-        _record("mrpc", 0, "auber", "prune+recover", 154.0, 1856.0),  # reused (shorter than its step)
-        _record("mrpc", 0, "auber", "own-fine-tuning", 1889.0, 1885.0),  # pruned again
-        _record("mrpc", 0, "michel", "prune-only", 86.0, 80.0),
-        _record("mrpc", 0, "michel", "prune+recover", 428.0, 80.0),  # reused, yet longer than the step
-        _record("mrpc", 1, "michel", "prune-only", 90.0, 85.0),
-        _record("mrpc", 1, "michel", "prune+recover", 400.0, 85.0),
-        _record("mrpc", 0, "original", "control", 205.0, 0.0),
-        _record("rte", 0, "voita", "prune+recover", 900.0, 700.0),  # no prune-only record: pruned (wall >= step)
-        _record("rte", 0, "random", "prune-only", 3.0, 0.0),  # a prune step rounded to 0.0 s is known: 0
-        _record("rte", 0, "original", "prune-only", 2.0, 0.0),  # the unpruned model has none
-    ]
+    records = RECORDS
     base = tmp_path / "base"
     (base / "mrpc-seed0").mkdir(parents=True)
     (base / "mrpc-seed0" / "train_info.json").write_text(json.dumps({"wall_s": 580.0}))
@@ -70,7 +74,7 @@ def test_cell_times_split_prune_steps_from_the_rest(tmp_path):
     assert times.cell("mrpc", "auber", "own-fine-tuning", prunes=True) == pytest.approx(1889.0)
     # the longest prune step (1885, own-fine-tuning's) plus the longest rest of a prune-only cell (4)
     assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(1889.0)
-    assert times.cell("cola", "auber", "prune-only", prunes=True) is None  # another task: unknown
+    assert times.cell("cola", "auber", "prune-only", prunes=True) is None  # another task, no cola base to scale by
     assert times.cell("rte", "voita", "own-fine-tuning", prunes=False) is None
 
 
@@ -89,3 +93,80 @@ def test_a_cell_fits_when_its_estimate_times_the_margin_is_left():
     assert not limit.fits_base("u", now=1000.0 - 399.0)
     empty = TimeLimit(deadline=1000.0, times=CellTimes())  # nothing recorded: anything starts while time is left
     assert empty.fits_cell("t", "m", "prune-only", True, now=999.0) and not empty.fits_base("t", now=1000.0)
+
+
+def test_a_run_learns_its_records_one_by_one_as_the_folder_would_give_them(tmp_path):
+    """add_record / add_base in the order a run finishes its work (a prune-only cell before the cells reusing its
+    step) give the same estimates as of_folder over the finished folder, whose order does not matter."""
+    base = tmp_path / "base"
+    (base / "mrpc-seed0").mkdir(parents=True)
+    (base / "mrpc-seed0" / "train_info.json").write_text(json.dumps({"wall_s": 580.0, "examples": 3668}))
+    folder = CellTimes.of_folder(RECORDS, base)
+    assert CellTimes.of_folder(list(reversed(RECORDS)), base) == folder
+    learned = CellTimes()
+    learned.add_base("mrpc", {"wall_s": 580.0, "examples": 3668})
+    for record in RECORDS:
+        learned.add_record(record)
+    assert learned == folder
+    assert learned.base_shortest == {"mrpc": (580.0, pytest.approx(580.0 / 3668))}
+
+
+def _two_tasks(cola_info, mrpc_infos=({"wall_s": 600.0, "examples": 3668}, {"wall_s": 900.0, "examples": 3668})):
+    times = CellTimes()
+    for info in mrpc_infos:
+        times.add_base("mrpc", info)
+    if cola_info is not None:
+        times.add_base("cola", cola_info)
+    for record in RECORDS[:3]:  # mrpc auber: prune step 1885 s, rest 4 s (prune-only), 154 s (prune+recover)
+        times.add_record(record)
+    return times
+
+
+@pytest.mark.parametrize("cola_info, scale", [
+    ({"wall_s": 540.0, "examples": 8551}, 1.0),  # shorter fine-tune, shorter per example: never scaled down
+    ({"wall_s": 1500.0, "examples": 8551}, 1500.0 / 600.0),  # the shortest MRPC fine-tune (600 s), not 900
+    ({"wall_s": 500.0, "examples": 635}, (500.0 / 635) / (600.0 / 3668)),  # longer per example
+    ({"wall_s": 700.0}, 700.0 / 600.0),  # no example count: seconds alone
+])
+def test_a_cell_new_to_its_task_is_estimated_from_another_task_scaled_up_never_down(cola_info, scale):
+    times = _two_tasks(cola_info)
+    assert times.scale("cola", "mrpc") == pytest.approx(scale)
+    assert times.cell("cola", "auber", "prune-only", prunes=True) == pytest.approx(1889.0 * scale)
+    assert times.cell("cola", "auber", "prune+recover", prunes=False) == pytest.approx(154.0 * scale)
+    assert times.cell("cola", "michel", "prune-only", prunes=True) is None  # no task has it
+    times.add_record(_record("cola", 0, "auber", "prune-only", 30.0, 25.0))  # its own task's record wins
+    assert times.cell("cola", "auber", "prune-only", prunes=True) == 30.0
+
+
+def test_no_estimate_from_another_task_without_a_base_fine_tune_of_both():
+    times = _two_tasks(None)
+    assert times.scale("cola", "mrpc") is None
+    assert times.cell("cola", "auber", "prune-only", prunes=True) is None
+    assert CellTimes(rest={"mrpc|auber|prune-only": 4.0}, prune={"mrpc|auber": 1885.0},
+                     base_shortest={"cola": (500.0, None)}).cell("cola", "auber", "prune-only", True) is None
+
+
+def test_a_refusal_says_the_estimate_or_that_there_is_none():
+    limit = TimeLimit(deadline=1000.0, times=_two_tasks({"wall_s": 540.0, "examples": 8551}))
+    assert limit.cell_refusal("mrpc", "auber", "prune-only", True, now=1000.0 - MARGIN * 1889.0) is None
+    assert limit.cell_refusal("mrpc", "auber", "prune-only", True, now=1000.0 - 2000.0) == (
+        f"time limit: expected 1889 s x {MARGIN} > 2000 s left")
+    assert limit.cell_refusal("mrpc", "voita", "prune-only", True, now=1000.0 - 2000.0) == (
+        f"time limit: no recorded time estimates it, and 2000 s left < {MARGIN} x the longest recorded work (1889 s)")
+    assert limit.base_refusal("mrpc", now=1000.0 - 1000.0) == f"time limit: expected 900 s x {MARGIN} > 1000 s left"
+
+
+def test_the_ray_status_board_learns_what_the_driver_tells_it():
+    """The board (a Ray actor in a run, a plain object here) holds the limit the workers ask; the driver tells it
+    each record and base fine-tune as they return."""
+    board = _StatusBoard(TimeLimit.starting_now(100.0, CellTimes()))
+    cell = ("t", "m", "prune-only", True)
+    assert board.refusal("t|seed=0|m", "pid 1", cell=cell) is None  # an empty folder: anything while time is left
+    board.learn("add_record", _record("t", 0, "m", "prune-only", 500.0, 490.0))
+    assert board.refusal("t|seed=1|m", "pid 1", cell=cell).startswith("time limit: expected 500 s")
+    board.learn("add_base", "t", {"wall_s": 300.0, "examples": 100})
+    assert board.refusal("base|t|1", "pid 1", cell=("base", "t")).startswith("time limit: expected 300 s")
+    assert board.snapshot() == {"t|seed=0|m": "pid 1"}
+    board.stop()
+    assert board.refusal("t|seed=2|m", "pid 1", after_stop=False) == "stop requested"
+    assert board.refusal("t|seed=2|m", "pid 1", after_stop=True) is None
