@@ -320,11 +320,11 @@ class _Driver:
     def _save_base(self, pending: _Pending, value) -> None:
         """Save a base model that a worker trained (under the (task, seed)'s lock; kept if another process saved
         it first). A failed base fine-tune is logged; its cells fail with its error."""
-        if value is None:  # not started: a stop was requested, or the time limit
-            log.info("base model of %s seed %d not trained: a stop, or the time limit", pending.task, pending.seed)
-            return
-        if isinstance(value, Outcome):
-            log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)
+        if isinstance(value, Outcome):  # not started (a stop, or the time limit: it says which), or failed
+            for level, message in value.logs:
+                log.log(level, "%s", message)
+            if not value.skipped:
+                log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)
             return
         model, info = value
         self.runner.save_base(pending.task, pending.seed, unpack(model), info)

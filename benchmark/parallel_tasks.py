@@ -112,12 +112,15 @@ def _on_worker(work):
 
 def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[str, Any]]:
     """Ray task: fine-tune the base model of (``data``'s task, ``seed``); returns it on the CPU with its
-    ``train_info``; None when a stop was requested before it started. Raises what fine-tuning raises (its cells then
-    fail with that error)."""
+    ``train_info``; a skipped :class:`Outcome` saying why when a stop or the time limit kept it from starting. Raises
+    what fine-tuning raises (its cells then fail with that error)."""
     import torch
 
-    if _refusal(board, f"base|{data.spec.name}|{seed}", cell=("base", data.spec.name)) is not None:
-        return None
+    key = f"base|{data.spec.name}|{seed}"
+    refusal = _refusal(board, key, cell=("base", data.spec.name))
+    if refusal is not None:
+        message = f"base model of {data.spec.name} seed {seed} not trained: {refusal}"
+        return Outcome(key, skipped=True, logs=[(logging.INFO, message)])
     torch.set_num_threads(threads)
     work = _on_worker(work)
     model, info = work.train_base(data, seed, _tokenizer(work.cfg.model))
@@ -132,8 +135,8 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
     when a stop was requested before the cell started, or the time limit or its base model's absence kept it from
     starting."""
-    if base is None:  # its base fine-tune did not start (a stop, or --time-limit): nor does the cell
-        return Outcome(key, skipped=True), None
+    if isinstance(base, Outcome):  # its base fine-tune did not start (a stop, or --time-limit): nor does the cell
+        return Outcome(key, skipped=True, logs=[(logging.INFO, f"cell {key} not started: no base model")]), None
     prunes = will_prune(method, condition, reuse, stored_prune)
     refusal = _refusal(board, key, starts_after_stop(condition, reuse), (data.spec.name, method, condition, prunes))
     if refusal is not None:

@@ -2,8 +2,9 @@
 
 A long run spans sittings (a SLURM job's walltime, a session), and a cell cut off at the end is lost: an AUBER cell
 is half an hour of one CPU. With ``--time-limit 2h30m`` the runner (serial, and each Ray task through the driver's
-status board) asks :meth:`TimeLimit.fits` before it starts a cell or a base fine-tune; one that does not fit is not
-started (neither a record nor a failure: the next run computes it), and shorter cells may still fill the time left.
+status board) asks :meth:`TimeLimit.cell_refusal` (:meth:`TimeLimit.base_refusal`) before it starts a cell (a base
+fine-tune); one that does not fit is not started (neither a record nor a failure: the next run computes it; the
+reason goes to ``run.log``), and shorter cells may still fill the time left.
 The run then ends with the cells left to do, like the first Ctrl-C (:mod:`benchmark.stopping`), and the same command
 resumes it.
 
@@ -22,7 +23,8 @@ seeds of a task new to the folder are estimated from its first:
 * a cell whose own task has none of its (method, condition) yet is estimated from another task that has, scaled up,
   never down, by how much longer the task's base fine-tune took than the other's: the larger of the two ratios of
   their shortest fine-tunes, in seconds and in seconds per train example (the larger the task's train split, or
-  its sentences, the longer). Without a base fine-tune of both tasks there is no such estimate. Measured on
+  its sentences, the longer), and at most the longest work recorded (so that it is never stricter than the rule
+  for a cell nothing estimates, below). Without a base fine-tune of both tasks there is no such estimate. Measured on
   ``results/quick-protocol2``: the CoLA cells took 0.2-0.8 of their MRPC times (shorter sentences), which this rule
   estimates at 1.0 of them (the shortest CoLA fine-tune, 536 s, is shorter than MRPC's, 569 s);
 * a base fine-tune as the longest one recorded for the task (``base/*/train_info.json``).
@@ -140,12 +142,14 @@ class CellTimes:
         """
         wall = float(info["wall_s"])
         examples = info.get("examples")
-        per_example = wall / examples if isinstance(examples, int) and examples > 0 else None
         self._keep(self.base, task, wall)
+        self.longest = max(self.longest, wall)
+        if wall <= 0:  # (a time rounded to 0, or edited by hand: nothing to scale by)
+            return
+        per_example = wall / examples if isinstance(examples, int) and examples > 0 else None
         shortest, shortest_per_example = self.base_shortest.get(task, (math.inf, None))
         known = [v for v in (shortest_per_example, per_example) if v is not None]
         self.base_shortest[task] = (min(shortest, wall), min(known, default=None))
-        self.longest = max(self.longest, wall)
 
     @staticmethod
     def _keep(table: dict[str, float], key: str, value: float) -> None:
@@ -162,7 +166,7 @@ class CellTimes:
             recorded, scale = self._recorded(other, method, condition, prunes), self.scale(task, other)
             if recorded is not None and scale is not None:
                 guesses.append(recorded * scale)
-        return max(guesses, default=None)
+        return min(max(guesses), self.longest) if guesses else None
 
     def _recorded(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
         """The estimate from ``task``'s own records, or None."""
@@ -177,7 +181,7 @@ class CellTimes:
     def scale(self, task: str, other: str) -> float | None:
         """How many times longer work on ``task`` is taken to be than on ``other``: the larger of 1 and the ratios
         of their shortest base fine-tunes, in seconds and in seconds per example; None without a base fine-tune
-        of both."""
+        of both (with a positive time)."""
         if task not in self.base_shortest or other not in self.base_shortest:
             return None
         (wall, per_example), (other_wall, other_per_example) = self.base_shortest[task], self.base_shortest[other]
@@ -193,7 +197,7 @@ class TimeLimit:
 
     Attributes:
         deadline: ``time.time()`` by which started work should have finished.
-        times: the folder's recorded wall times.
+        times: the wall times recorded in the folder and by this run.
         margin: the factor estimates are multiplied by (:data:`MARGIN`).
     """
 

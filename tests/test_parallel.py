@@ -13,6 +13,7 @@ masks, predictions and metrics then agree whenever no score is within rounding o
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ from benchmark.records import Record
 from benchmark.run_config import RAY_MISSING
 from benchmark.runner import Runner
 from benchmark.store import RecordStore
+from benchmark.time_limit import MARGIN, CellTimes
 from smoke_runs import kill_after_records, run_smoke, smoke_config, stable
 
 TESTS = Path(__file__).resolve().parent
@@ -300,11 +302,11 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
     failure (a rerun resumes as after any stop). Before, with the base fine-tune made to say 10^6 s,
     the same command starts nothing: no cell runs without its base model, and none fails.
 
-    Last, a method new to the folder (a prune step of 12 s) on both seeds, under a limit of 26 s, one cell at a
-    time: seed 0's cell starts (nothing estimates it, and 26 s exceeds 1.25 x the longest recorded work, a few
-    seconds); the run learns its time, so seed 1's, which starts at least 12 s later, when at most 14 s < 1.25 x 12 s
-    are left, is refused with that estimate (a run that learnt only from the folder would start it, or refuse it as
-    unestimated), and run.log says why."""
+    Last, a method new to the folder (a prune step of S seconds) on both seeds, one cell at a time, under a limit of
+    1.25 x the folder's longest recorded work L + 20 s (for the run's start) and S > limit / 2.25: seed 0's cell
+    starts (nothing estimates it, and 1.25 x L fits); the run learns its time, so seed 1's, which starts at least
+    S later, when at most limit - S < 1.25 x S are left, is refused with that estimate (a run that learnt only
+    from the folder would start it, or refuse it as unestimated), and run.log says why."""
     out = tmp_path / "run"
     args = ["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--budget", "heads:10", "--device", "cpu",
             "--no-progress", "--no-report", "--data-dir", str(glue_dir), "--out", str(out)]
@@ -342,15 +344,18 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
 
     lines = (out / "records.jsonl").read_text().splitlines()  # seed 0's cell as it was: 10^6 s no longer longest
     (out / "records.jsonl").write_text("\n".join(first_lines + lines[len(first_lines):]) + "\n")
-    slow = [*args[:3], "test-slow-retrainer", *args[4:], "--option", "test-slow-retrainer.seconds=12", "--seeds", "2",
-            "--time-limit", "26s", *(["--workers", "1"] if workers else [])]
+    limit = MARGIN * CellTimes.of_folder(RecordStore(out).records(), out / "base").longest + 20.0
+    seconds = math.ceil(limit / (1.0 + MARGIN)) + 1
+    slow = [*args[:3], "test-slow-retrainer", *args[4:], "--option", f"test-slow-retrainer.seconds={seconds}",
+            "--seeds", "2", "--time-limit", f"{limit:.1f}s", *(["--threads-per-cell", "2"] if workers else [])]
+    # (on Ray: 2 threads per cell on the module's 2-CPU Ray, one cell at a time)
     learned = _bench(slow)
     assert learned.exit_code == 75, learned.output
     done = {(r["seed"], r["method"], r["condition"]) for r in RecordStore(out).records()}
     assert (0, "test-slow-retrainer", "prune-only") in done and (1, "test-slow-retrainer", "prune-only") not in done
     seed1 = next(line for line in (out / "run.log").read_text().splitlines()
                  if "seed=1|test-slow-retrainer|" in line and "|prune-only|" in line and "not started" in line)
-    assert float(seed1.split("expected ")[1].split(" s")[0]) >= 12, seed1
+    assert float(seed1.split("expected ")[1].split(" s")[0]) >= seconds, seed1
 
 
 
