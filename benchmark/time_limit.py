@@ -20,11 +20,13 @@ seeds of a task new to the folder are estimated from its first:
 * a cell is estimated as the longest "rest" of its (task, method, condition), plus the longest prune step of its
   (task, method) when it will prune (a prune-only cell, or an ``own-fine-tuning`` cell of a resumed run, which
   prunes again for the weights);
-* a cell whose own task has none of its (method, condition) yet is estimated from another task that has, scaled up,
+* a cell whose own task has none of its (method, condition) yet is estimated from the other tasks that have, scaled up,
   never down, by how much longer the task's base fine-tune took than the other's: the larger of the two ratios of
   their shortest fine-tunes, in seconds and in seconds per train example (the larger the task's train split, or
   its sentences, the longer), and at most the longest work recorded (so that it is never stricter than the rule
-  for a cell nothing estimates, below). Without a base fine-tune of both tasks there is no such estimate. Measured on
+  for a cell nothing estimates, below); of several tasks, the smallest such estimate (a task with short sentences
+  scales by a large ratio per example: CoLA's Voita cell, 610 s, would say 2455 s for RTE, MRPC's 758 s says
+  1236 s). Without a base fine-tune of both tasks there is no such estimate. Measured on
   ``results/quick-protocol2``: the CoLA cells took 0.2-0.8 of their MRPC times (shorter sentences), which this rule
   estimates at 1.0 of them (the shortest CoLA fine-tune, 536 s, is shorter than MRPC's, 569 s);
 * a base fine-tune as the longest one recorded for the task (``base/*/train_info.json``).
@@ -166,7 +168,7 @@ class CellTimes:
             recorded, scale = self._recorded(other, method, condition, prunes), self.scale(task, other)
             if recorded is not None and scale is not None:
                 guesses.append(recorded * scale)
-        return min(max(guesses), self.longest) if guesses else None
+        return min(min(guesses), self.longest) if guesses else None  # each guess is scaled up already
 
     def _recorded(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
         """The estimate from ``task``'s own records, or None."""

@@ -141,6 +141,19 @@ def test_a_cell_new_to_its_task_is_estimated_from_another_task_scaled_up_never_d
     assert times.cell("cola", "auber", "prune-only", prunes=True) == 30.0
 
 
+def test_of_several_tasks_the_smallest_scaled_estimate_is_taken():
+    """CoLA's cheap examples make RTE look 4x longer per example; MRPC's say 1.6x: MRPC's estimate is taken."""
+    times = CellTimes()
+    for task, wall, examples in (("mrpc", 569.0, 3668), ("cola", 536.0, 8551), ("rte", 628.0, 2490)):
+        times.add_base(task, {"wall_s": wall, "examples": examples})
+    times.add_record(_record("mrpc", 0, "voita", "prune-only", 758.0, 750.0))
+    times.add_record(_record("cola", 0, "voita", "prune-only", 610.0, 600.0))
+    times.add_record(_record("mrpc", 0, "auber", "prune-only", 2864.0, 2860.0))
+    mrpc_scale = (628.0 / 2490) / (569.0 / 3668)
+    assert times.cell("rte", "voita", "prune-only", prunes=True) == pytest.approx(758.0 * mrpc_scale)
+    assert 610.0 * times.scale("rte", "cola") > 758.0 * mrpc_scale
+
+
 def test_no_estimate_from_another_task_without_a_base_fine_tune_of_both():
     """Nor with a base fine-tune of 0 s (rounded, or edited by hand): nothing to divide by."""
     assert _two_tasks({"wall_s": 0.0, "examples": 8551}).cell("cola", "auber", "prune-only", prunes=True) is None
