@@ -19,6 +19,8 @@ log = logging.getLogger("benchmark")
 
 RUN_JSON = "run.json"
 RUN_LOCK = ".run.lock"
+BASE_DIR = "base"
+TRAIN_INFO = "train_info.json"
 
 
 class RunFolderError(OSError):
@@ -96,9 +98,31 @@ def save_base_model(model, tokenizer, folder: Path, info: dict[str, Any]) -> Non
             shutil.rmtree(tmp)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)  # a complete Hugging Face folder: loadable with its tokenizer
-        (tmp / "train_info.json").write_text(json.dumps(info))
+        (tmp / TRAIN_INFO).write_text(json.dumps(info))
+        if folder.is_dir():  # no model in it (the caller found no config.json): e.g. a clone's train_info.json
+            shutil.rmtree(folder)
         tmp.replace(folder)
     except Exception as exc:  # disk full, permissions, base/ not a folder; safetensors raises its own types
         shutil.rmtree(tmp, ignore_errors=True)  # leave no half-written folder behind
         raise RunFolderError(f"{folder}: cannot save the fine-tuned base model ({type(exc).__name__}: "
                              f"{exc})") from exc
+
+
+def base_train_infos(base_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The ``train_info.json`` of each base model under ``base_dir`` (``DIR/base``; folders ``<task>-seed<N>``),
+    by ``(task, seed)``: ``wall_s`` (seconds the fine-tune took), ``examples`` (train split size), ``seed``,
+    ``finished``. The weights are git-ignored and this small file is committed, so a clean clone still knows how
+    long each base fine-tune took. A file that cannot be read or is not a JSON object, and a folder name without
+    an integer seed (``mrpc-seed0.tmp``, a save in progress), are left out: a damaged cache must stop neither a
+    run's time limit nor a report."""
+    infos: dict[tuple[str, int], dict[str, Any]] = {}
+    for info_file in sorted(base_dir.glob(f"*-seed*/{TRAIN_INFO}")) if base_dir.is_dir() else []:
+        task, _, seed = info_file.parent.name.rpartition("-seed")
+        try:
+            info = json.loads(info_file.read_text())
+            key = (task, int(seed))
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict):
+            infos[key] = info
+    return infos

@@ -38,7 +38,6 @@ this one's only roughly: the margin covers some of it, not a slower machine.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -48,6 +47,7 @@ from typing import Any, Iterable
 
 from benchmark.config import ConfigError
 from benchmark.records import ORIGINAL, PRUNE_ONLY
+from benchmark.run_folder import base_train_infos
 
 MARGIN = 1.25
 """Estimates are multiplied by this before they are compared with the time left."""
@@ -105,11 +105,10 @@ class CellTimes:
         times = cls()
         for record in sorted(records, key=lambda r: r["condition"] != PRUNE_ONLY):
             times.add_record(record)
-        for info_file in sorted(base_dir.glob("*-seed*/train_info.json")) if base_dir.is_dir() else []:
+        for (task, _), info in base_train_infos(base_dir).items():
             try:
-                info = json.loads(info_file.read_text())
-                times.add_base(info_file.parent.name.rsplit("-seed", 1)[0], info)
-            except (OSError, ValueError, KeyError, TypeError):
+                times.add_base(task, info)
+            except (ValueError, KeyError, TypeError):
                 continue
         return times
 

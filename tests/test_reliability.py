@@ -556,6 +556,28 @@ def test_a_damaged_cached_base_model_says_to_delete_it(smoke, glue_dir, tmp_path
     assert "the cached base model cannot be loaded" in res.output and "delete that folder" in res.output
 
 
+def test_a_clone_holding_only_the_base_models_train_info_trains_it_again(smoke, glue_dir, tmp_path):
+    """git keeps ``base/*/train_info.json`` and ignores the weights: a clean clone resuming the run finds the
+    folder without a model, fine-tunes the base model again and saves it over that folder."""
+    folder = tmp_path / "copy"
+    shutil.copytree(smoke, folder)
+    (folder / "records.jsonl").write_text(_lines(folder / "records.jsonl")[0])  # the random cell is to do again
+    base = folder / "base" / "wnli-seed0"
+    for item in base.iterdir():
+        if item.name != "train_info.json":
+            shutil.rmtree(item) if item.is_dir() else item.unlink()
+    old_info = json.loads((base / "train_info.json").read_text())
+    assert sum("wnli-seed0 trained in" in line for line in (folder / "run.log").read_text().splitlines()) == 1
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+                                    "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress", "--no-report"])
+    assert res.exit_code == 0, res.output
+    assert (base / "config.json").exists() and (base / "model.safetensors").exists()
+    assert json.loads((base / "train_info.json").read_text())["finished"] >= old_info["finished"]
+    trained = [line for line in (folder / "run.log").read_text().splitlines() if "wnli-seed0 trained in" in line]
+    assert len(trained) == 2  # the smoke run's fine-tune, then this one
+    assert {r["method"] for r in RecordStore(folder).records()} == {"original", "random"}
+
+
 def test_base_failed_comes_from_the_base_model_when_the_original_cell_failed(smoke, glue_dir, tmp_path, monkeypatch):
     folder = tmp_path / "copy"
     shutil.copytree(smoke, folder)

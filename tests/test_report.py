@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from statsmodels.stats.multitest import multipletests
 
 from benchmark import stats
-from benchmark.report import ReportWarning, analyse, build_report, load_runs, report_cmd
+from benchmark.report import ReportWarning, analyse, build_report, cells, load_runs, report_cmd
 from benchmark.report.tables import num as tables_num
 from benchmark.tasks import TASKS, compute_metrics, majority_baseline
 
@@ -146,6 +146,29 @@ def test_wall_seconds_per_task_and_seed_are_the_records_own(built):
     assert checked > 10
     assert list(walls.columns)[:2] == ["mrpc/s0", "mrpc/s1"]
     assert "## Wall seconds per (task, seed)" in (out / "report.md").read_text()
+    assert "base fine-tune" not in walls.index  # this folder has no base/: no row of NaNs
+    for column in walls.columns:  # the last row sums every record of its (task, seed)
+        task, seed = column.split("/s")
+        own = [r["cost"]["wall_s"] for r in records if r["task"] == task and r["seed"] == int(seed)]
+        assert walls.loc["total", column] == pytest.approx(sum(own))
+
+
+def test_wall_seconds_per_seed_add_each_base_fine_tune_from_its_train_info(tmp_path):
+    """The base row comes from base/<task>-seed<N>/train_info.json and counts in the total; a seed without one
+    shows NaN there, and a damaged file or a save in progress (``.tmp``) is left out, not raised."""
+    records = make_records(tasks=("mrpc",), methods={"original": ["none"], "random": ["fraction:0.25"]})
+    run = write_run(tmp_path / "run", records)
+    for name, text in (("mrpc-seed0", '{"wall_s": 580.5, "examples": 3668}'), ("mrpc-seed1", "{not json"),
+                       ("mrpc-seed2.tmp", '{"wall_s": 9999}')):
+        (run / "base" / name).mkdir(parents=True)
+        (run / "base" / name / "train_info.json").write_text(text)
+    walls = cells.wall_per_seed(load_runs([run]))
+    assert list(walls.index[-2:]) == ["base fine-tune", "total"]
+    assert walls.loc["base fine-tune", "mrpc/s0"] == 580.5
+    assert walls["mrpc/s1"].isna()["base fine-tune"] and walls["mrpc/s2"].isna()["base fine-tune"]
+    cell_sum = {s: sum(r["cost"]["wall_s"] for r in records if r["seed"] == s) for s in (0, 1, 2)}
+    assert walls.loc["total", "mrpc/s0"] == pytest.approx(cell_sum[0] + 580.5)
+    assert walls.loc["total", "mrpc/s1"] == pytest.approx(cell_sum[1])
 
 
 def test_markdown_table_has_the_right_means_and_sds(built):

@@ -14,6 +14,7 @@ import pandas as pd
 from benchmark.records import CellKey
 from benchmark.report.load import RunData, opts_of, parse_key
 from benchmark.report.units import sorted_methods, sorted_units, task_key
+from benchmark.run_folder import BASE_DIR, base_train_infos
 
 OTHER_OPTIONS = "ran with other options"
 """Status of a planned cell that has a record only under another options hash of its method."""
@@ -119,9 +120,17 @@ def option_sets(data: RunData) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "opts", "records", "differs"])
 
 
+BASE_ROW = "base fine-tune"
+TOTAL_ROW = "total"
+
+
 def wall_per_seed(data: RunData) -> pd.DataFrame:
     """Wall seconds of every cell, one row per unit (index: its label) and one column per ``task/seed`` (e.g.
-    ``mrpc/s0``); NaN where the cell is missing. Rows in the report's order; columns by task, seed."""
+    ``mrpc/s0``); NaN where the cell is missing. Rows in the report's order; columns by task, seed. Two rows
+    follow the units, so that a user can plan a run: :data:`BASE_ROW`, the base model's fine-tune of that (task,
+    seed) from ``DIR/base/<task>-seed<N>/train_info.json`` (:func:`base_walls`; the row is left out when no
+    folder has one), and :data:`TOTAL_ROW`, the sum of every row above it (missing cells count 0; one worker's
+    seconds: with ``--workers N`` the wall clock is about 1/N of it)."""
     df = data.frame
     if df.empty:
         return pd.DataFrame()
@@ -130,7 +139,25 @@ def wall_per_seed(data: RunData) -> pd.DataFrame:
                    wall=pd.to_numeric(df.wall_s, errors="coerce"))
     table = df.pivot_table(index="row", columns="column", values="wall", aggfunc="first", sort=False)
     order = {c: (task_key(t), int(s)) for c, t, s in zip(df.column, df.task, df.seed)}
-    return table.reindex(index=[u.label for u in sorted_units(df.unit)], columns=sorted(table.columns, key=order.get))
+    table = table.reindex(index=[u.label for u in sorted_units(df.unit)], columns=sorted(table.columns, key=order.get))
+    base = base_walls(data)
+    if base:
+        table.loc[BASE_ROW] = [base.get(c, math.nan) for c in table.columns]
+    table.loc[TOTAL_ROW] = table.sum(axis=0, skipna=True, min_count=1)
+    return table
+
+
+def base_walls(data: RunData) -> dict[str, float]:
+    """Wall seconds of each base fine-tune by ``task/seed`` column (``mrpc/s0``), from the ``train_info.json``
+    files of the run folders' ``base/`` (:func:`benchmark.run_folder.base_train_infos`; the first folder's where
+    several have one); a file without a number ``wall_s`` is left out."""
+    walls: dict[str, float] = {}
+    for folder in data.folders:
+        for (task, seed), info in base_train_infos(folder / BASE_DIR).items():
+            wall = info.get("wall_s")
+            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+                walls.setdefault(f"{task}/s{seed}", float(wall))
+    return walls
 
 
 def cost_frame(data: RunData) -> pd.DataFrame:

@@ -135,7 +135,10 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
            "re-fine-tuning and the dev evaluation (the seed's shared base-model fine-tuning is not counted); pruning "
            "s: the method alone; examples passed forward / backward, the dev evaluation included.\n"]
     return md + ["## Wall seconds per (task, seed)\n", tables.md_table(tables.walls_text(frames.walls)),
-                 "- One cell each (same definition as above); — where the cell is missing. CSV: `wall_per_seed.csv`.\n"]
+                 "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the base "
+                 "model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. \"total\": "
+                 "the sum of the rows above (one worker's seconds; with `--workers N` the wall clock is about 1/N of "
+                 "it). CSV: `wall_per_seed.csv`.\n"]
 
 
 def missing_section(missing: pd.DataFrame, planned: bool) -> list[str]:
