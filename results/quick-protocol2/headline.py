@@ -1,0 +1,69 @@
+"""Compact headline tables (prune+recover vs the fine-tuning control) of this folder's report, for its README.
+
+Reads `report/scores.csv` and `report/comparisons.csv` as `bench report results/quick-protocol2` writes them and
+prints, per task, one row per unit of the report's first table: n seeds, score mean ± SD (percent points, MCC x 100
+for CoLA), heads pruned (mean over seeds), layers emptied (mean), degenerate runs, and the paired comparison with the
+control over every seed (Δ, 95% percentile bootstrap CI over seeds, exact sign-flip p, Holm-adjusted p within the
+table). Then the pairwise family: how many pairs were tested and which reach Holm p < .05. No number is computed
+here beyond formatting.
+
+    python results/quick-protocol2/headline.py [REPORT_DIR]
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+GROUP = "prune+recover"
+SUFFIX = {"prune+recover": " +recover", "own-fine-tuning": ", own fine-tuning", "prune-only": ""}
+
+
+def label(row) -> str:
+    if row.method in ("original", "control"):
+        return row.method
+    return f"{row.method}{SUFFIX.get(row.condition, ' ' + row.condition)}"
+
+
+def fmt(v, digits=2) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{digits}f}".replace("-", "−")
+
+
+def p_text(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
+
+
+def main(report: Path) -> None:
+    scores = pd.read_csv(report / "scores.csv", keep_default_na=False, na_values=[""])
+    comps = pd.read_csv(report / "comparisons.csv", keep_default_na=False, na_values=[""])
+    keys = ["task", "group", "method", "budget", "condition", "opts"]
+    for frame in (scores, comps):
+        frame["opts"] = frame["opts"].fillna("")
+    control = comps[(comps.kind == "control") & (comps.seeds == "all")]
+    for task, table in scores[scores.group == GROUP].groupby("task", sort=False):
+        metric = table.metric.iloc[0]
+        print(f"\n**{task.upper()}** ({'MCC x 100' if metric == 'matthews_correlation' else metric}, dev; "
+              f"majority class {table.majority.iloc[0]:.2f})\n")
+        print("| row | n | score mean ± SD | heads pruned | layers emptied | Δ vs control [95% CI] | p exact | p Holm "
+              "| degenerate |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        merged = table.merge(control, on=keys, how="left", suffixes=("", "_c"))
+        for row in merged.itertuples():
+            ci = "" if math.isnan(row.ci_low) else f" [{fmt(row.ci_low)}, {fmt(row.ci_high)}]"
+            delta = "—" if math.isnan(row.mean_diff) else fmt(row.mean_diff) + ci
+            print(f"| {label(row)} | {row.n} | {row.mean:.2f} ± {row.sd:.2f} | {row.heads_pruned:.1f} | "
+                  f"{row.layers_emptied:.1f} | {delta} | {p_text(row.p_exact)} | {p_text(row.p_holm)} | "
+                  f"{row.degenerate} |")
+        pairs = comps[(comps.task == task) & (comps.group == GROUP) & (comps.kind == "pair") & (comps.seeds == "all")]
+        tested = pairs[pairs.tested.astype(str) == "True"]
+        hits = tested[tested.p_holm < 0.05]
+        print(f"\nPairwise ({task}): {len(tested)} pairs with equal head counts tested, {len(pairs) - len(tested)} "
+              f"not tested (counts differ); smallest exact p {p_text(tested.p_exact.min())}, Holm p < .05: "
+              + (", ".join(f"{label(r)} vs {r.vs} ({fmt(r.mean_diff)}, p Holm {p_text(r.p_holm)})"
+                           for r in hits.itertuples()) or "none"))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "report")
