@@ -15,6 +15,7 @@ import methods
 from benchmark import models, tasks
 from benchmark.config import PRECISIONS, Budget, ConfigError, Preset, get_preset, parse_budget
 from benchmark.time_limit import parse_duration
+from methods.registry import in_methods_all
 
 MAX_SEED = 2**31 - 1
 MAX_SEED_COUNT = 1000  # a seed is a base fine-tune: more than this is a typo, and 0..N-1 would be built in memory
@@ -152,13 +153,14 @@ def check_execution(workers: int | None, ray_address: str | None, threads_per_ce
 
 
 def _method_names(methods_spec: str) -> list[str]:
-    """``all`` (every registered method but the ablations) or the comma-separated names, each checked.
+    """``all`` (every registered method but the ablations, AUBER's null-reward control included:
+    :func:`methods.registry.in_methods_all`) or the comma-separated names, each checked.
 
     Raises:
         ConfigError: an unknown name (with the closest known one) or no name at all.
     """
-    if methods_spec.strip() == "all":  # every method but the ablations (name those explicitly)
-        names = [n for n, cls in methods.available_methods().items() if not cls.ablation_of]
+    if methods_spec.strip() == "all":  # every method but the ablations (name those explicitly); auber-null is in
+        names = [n for n, cls in methods.available_methods().items() if in_methods_all(cls)]
     else:
         names = [m.strip() for m in methods_spec.split(",") if m.strip()]
         for name in names:

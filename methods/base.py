@@ -151,7 +151,10 @@ class HeadPruner(abc.ABC):
       before any work starts. Every int, float and str option needs one (the conformance check asserts it).
     * ``choices`` -- older spelling of tuple constraints (``{option: allowed values}``); still honoured.
     * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
-      out; name them explicitly).
+      out unless ``in_methods_all`` says otherwise; name them explicitly).
+    * ``in_methods_all`` -- whether ``--methods all`` selects the method (:func:`methods.registry.in_methods_all`);
+      ``None`` (the default): every method but the ablations. AUBER's null-reward control ``auber-null`` says
+      True: it is an ablation in code, but issue 13's headline prints its count beside AUBER's on every task.
     * ``report_order`` -- where the reports list the method among the others (ascending; the built-ins use
       10, 20, ... 70, leaving room in between); ``None`` (the default): after the ordered methods.
     * ``report_color`` -- the method's colour in the report's plots, a ``"#RRGGBB"`` string (the built-ins: grey
@@ -177,6 +180,7 @@ class HeadPruner(abc.ABC):
     own_budget: ClassVar[bool] = False
     reconstruction: ClassVar[bool] = False
     ablation_of: ClassVar[str | None] = None
+    in_methods_all: ClassVar[bool | None] = None
     choices: ClassVar[dict[str, tuple]] = {}
     constraints: ClassVar[dict[str, Interval | tuple]] = {}
     report_order: ClassVar[int | None] = None

@@ -81,6 +81,13 @@ def shipped_methods() -> dict[str, type[HeadPruner]]:
             if cls.__module__.split(".")[0] == "methods" or _SOURCES.get(name, "").startswith("entry point")}
 
 
+def in_methods_all(cls: type[HeadPruner]) -> bool:
+    """Whether ``--methods all`` selects the method ``cls``: its ``in_methods_all`` when set, else whether it is no
+    ablation (``ablation_of`` unset). Ablations are named explicitly; ``auber-null``, AUBER's null-reward control,
+    is selected (the report prints its head count beside AUBER's)."""
+    return cls.in_methods_all if cls.in_methods_all is not None else not cls.ablation_of
+
+
 def method_source(name: str) -> str:
     """Where a method comes from (module or entry point)."""
     _discover()

@@ -296,8 +296,8 @@ def tiny_folders(tmp_path_factory):
 def test_bench_run_smoke_runs_every_method_on_each_family(family, tiny_folders, glue_dir, tmp_path):
     from smoke_runs import run_smoke
 
-    # `--methods all` names every registered method but the ablations, test modules' on-the-fly ones included
-    # (some of those interrupt a run on purpose): the shipped ones it names are listed instead.
+    # every shipped method with code of its own (`--methods all` would add the test modules' on-the-fly methods,
+    # some of which interrupt a run on purpose, and auber-null, which is AUBER's code with other rewards)
     every = [name for name, cls in shipped_methods().items() if not cls.ablation_of]
     runner = run_smoke(tmp_path / "run", glue_dir, model=str(tiny_folders[family]), methods_spec=",".join(every),
                        recover=True)

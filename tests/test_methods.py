@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import methods
-from methods.registry import shipped_methods
+from methods.registry import in_methods_all, shipped_methods
 from methods import HeadPruner, OptionError, PruningResult, lowest_k_mask, register
 from methods.confidence import head_confidence
 from methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
@@ -55,6 +55,31 @@ def test_builtins_declare_report_order_and_colour_and_ablations_do_not():
     ablations = [cls for cls in registry.values() if cls.ablation_of]
     assert {cls.name for cls in ablations} >= {"auber-query", "auber-key", "auber-l2", "auber-reverse"}
     assert all(cls.report_order is None and cls.report_color is None for cls in ablations)
+
+
+def test_methods_all_selects_every_method_and_auber_null_but_not_the_other_ablations():
+    """`--methods all` (benchmark.run_config) = the shipped methods with code of their own plus auber-null, whose
+    count the headline prints beside AUBER's; AUBER's Table-3 ablations are named explicitly. A method registered
+    on the fly follows the same rule, its in_methods_all overriding its ablation_of."""
+    from benchmark.run_config import _method_names
+
+    selected = set(_method_names("all"))
+    assert set(BUILTIN_ORDER) | {"auber-null"} <= selected
+    assert not selected & {"auber-query", "auber-key", "auber-l2", "auber-reverse"}
+    assert all(in_methods_all(cls) == (name in selected) for name, cls in methods.available_methods().items())
+    assert {name for name, cls in shipped_methods().items() if in_methods_all(cls)} == set(BUILTIN_ORDER) | {
+        "auber-null"}
+
+    class Dropped(HeadPruner):
+        ablation_of = "random"
+
+    class Kept(Dropped):
+        in_methods_all = True
+
+    class Excluded(HeadPruner):
+        in_methods_all = False
+
+    assert (in_methods_all(Dropped), in_methods_all(Kept), in_methods_all(Excluded)) == (False, True, False)
 
 
 def test_unknown_method_suggests_close_name():

@@ -26,7 +26,7 @@ import ray
 import torch
 from click.testing import CliRunner
 
-from methods.registry import shipped_methods
+from methods.registry import in_methods_all, shipped_methods
 import parallel_methods
 from benchmark.cli import main
 from benchmark.config import ConfigError
@@ -237,8 +237,8 @@ def test_every_method_on_glue_small_equals_the_serial_run(ray_address, glue_dir,
     """The issue's bar: `bench run --methods all --tasks glue-small --preset smoke --workers 2` equals the serial
     run record for record (the serial run on one torch thread, as each Ray cell). `all` is spelled out as the
     shipped methods: in a test session it would also hold the methods the test modules register."""
-    shipped = ",".join(name for name, cls in shipped_methods().items() if not cls.ablation_of)
-    assert len(shipped.split(",")) == 7
+    shipped = ",".join(name for name, cls in shipped_methods().items() if in_methods_all(cls))
+    assert len(shipped.split(",")) == 8  # auber-null, AUBER's null-reward control, is in `all`
     args = ["--preset", "smoke", "--methods", shipped, "--tasks", "glue-small", "--device", "cpu", "--no-progress",
             "--no-report", "--data-dir", str(glue_dir)]
     threads = torch.get_num_threads()
@@ -250,9 +250,9 @@ def test_every_method_on_glue_small_equals_the_serial_run(ray_address, glue_dir,
     parallel = _bench([*args, "--workers", "2", "--out", str(tmp_path / "parallel")])
     assert serial.exit_code == 0 == parallel.exit_code, serial.output + parallel.output
     records = RecordStore(tmp_path / "parallel").records()
-    # 4 tasks x (original: prune-only, control; 7 methods: prune-only, prune+recover; auber and voita (joint):
-    # own-fine-tuning) -- the CLI's default conditions
-    assert len(records) == 4 * (2 + 7 * 2 + 2)
+    # 4 tasks x (original: prune-only, control; 8 methods: prune-only, prune+recover; auber, auber-null and voita
+    # (joint): own-fine-tuning) -- the CLI's default conditions
+    assert len(records) == 4 * (2 + 8 * 2 + 3)
     assert stable(records) == stable(RecordStore(tmp_path / "serial").records())
 
 

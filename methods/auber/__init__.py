@@ -467,12 +467,13 @@ ABLATIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
 
 
 def _register_ablation(name: str, class_name: str, changes: dict[str, Any], what: str,
-                       section: str) -> type[AuberAblation]:
+                       section: str, in_methods_all: bool | None = None) -> type[AuberAblation]:
     """Define and register the ablation ``name``: an :class:`AuberAblation` whose defaults are AUBER's changed by
-    ``changes``."""
+    ``changes`` (``in_methods_all``: see :class:`~methods.base.HeadPruner`)."""
     summary = f"AUBER ablation: {what}" + (" (paper Table 3)" if section.startswith("§") else "")
     namespace = {"__doc__": f"{summary}, {section}.", "__module__": __name__, "__qualname__": class_name,
-                 "name": name, "summary": summary, "defaults": {**AuberPruner.defaults, **changes}}
+                 "name": name, "summary": summary, "defaults": {**AuberPruner.defaults, **changes},
+                 "in_methods_all": in_methods_all}
     return register(type(class_name, (AuberAblation,), namespace))
 
 
@@ -482,4 +483,5 @@ AuberQueryPruner, AuberKeyPruner, AuberL2Pruner, AuberReversePruner = (
 AuberNullPruner = _register_ablation(
     "auber-null", "AuberNullPruner", {"reward_control": "shuffled-labels"},
     "null-reward control, rewards from shuffled mini-dev labels (ours, not in the paper)",
-    "[OURS]: the count AUBER reaches without information in its rewards, printed beside AUBER's by the report")
+    "[OURS]: the count AUBER reaches without information in its rewards, printed beside AUBER's by the report",
+    in_methods_all=True)
