@@ -212,7 +212,12 @@ def parse_seeds(seeds: str) -> list[int]:
 
 
 def _merge_options(preset: Preset, names: list[str], given: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The preset's method options, an ablation getting its parent's, overridden by the CLI's ``given`` ones.
+    """The preset's method options overridden by the CLI's ``given`` ones. An ablation (``ablation_of`` set, e.g.
+    ``auber-null``) also takes the options of the method it ablates, the preset's and the CLI's, so that
+    ``--option auber.episodes=50`` sizes AUBER and its controls alike: lowest first, the parent's preset options,
+    the ablation's own preset options, the parent's given options, the ablation's given options. The options that
+    define the ablation (those whose class default differs from the parent's, e.g. ``reward_control``) are never
+    taken from the parent.
 
     Raises:
         ConfigError: an option given for a method that is not in ``names``.
@@ -222,10 +227,20 @@ def _merge_options(preset: Preset, names: list[str], given: dict[str, dict[str, 
             shown = ", ".join(f"{m}.{k}" for k in opts)
             raise ConfigError(f"--option {shown}: method '{m}' is not in --methods ({', '.join(names)})")
     merged = {m: dict(o) for m, o in preset.method_options.items()}
-    for name in names:  # an ablation gets the preset's sizing of the method it ablates
-        parent = methods.get_method_class(name).ablation_of
-        if parent in preset.method_options and name not in merged:
-            merged[name] = dict(preset.method_options[parent])
+    for name in names:
+        cls = methods.get_method_class(name)
+        parent = cls.ablation_of
+        if parent is None:
+            continue
+        try:
+            parent_defaults = methods.get_method_class(parent).defaults
+        except methods.UnknownMethodError:
+            parent_defaults = {}
+        defining = {k for k, v in cls.defaults.items() if k not in parent_defaults or parent_defaults[k] != v}
+        layers = (preset.method_options.get(parent, {}), preset.method_options.get(name, {}), given.get(parent, {}))
+        options = {k: v for i, layer in enumerate(layers) for k, v in layer.items() if i == 1 or k not in defining}
+        if options:
+            merged[name] = options
     for m, opts in given.items():
         merged.setdefault(m, {}).update(opts)
     return merged

@@ -457,3 +457,27 @@ def test_null_reward_controls_take_the_information_out_of_the_rewards():
         model = tiny_model()
         AuberPruner(episodes=1, reward_control="shuffled-labels").set_score_function(lambda layer, pruned: 0.5).prune(
             model, synthetic_context(model))
+
+
+def test_options_given_for_auber_reach_its_ablations_but_never_the_options_that_define_them():
+    """`--option auber.X` sizes AUBER's ablations alike (the null-reward control must search as AUBER does for its
+    count to mean anything), below the ablation's own `--option`; an option that defines the ablation
+    (auber-null's reward_control, auber-l2's norm) is never overwritten by AUBER's."""
+    from benchmark.run_config import make_run_config
+
+    def options(given):
+        cfg = make_run_config(out="unused", preset="quick", methods_spec="auber,auber-null,auber-l2", tasks_spec="mrpc",
+                              seeds="1", model=None, budget=None, device="cpu", data_dir=None, recover=True,
+                              method_options=given)
+        return {name: methods.create(name, **cfg.method_options.get(name, {})).get_options()
+                for name in ("auber", "auber-null", "auber-l2")}
+
+    plain = options({})
+    assert plain["auber-null"]["episodes"] == plain["auber"]["episodes"] == 150  # the quick preset's sizing
+    assert plain["auber-null"]["minidev_max_examples"] == 256
+    given = options({"auber": {"episodes": 7, "norm": "l1", "reward_control": "zero"}})
+    assert given["auber"]["episodes"] == given["auber-null"]["episodes"] == given["auber-l2"]["episodes"] == 7
+    assert given["auber-null"]["reward_control"] == "shuffled-labels" and given["auber"]["reward_control"] == "zero"
+    assert given["auber-l2"]["norm"] == "l2" and given["auber-l2"]["reward_control"] == "zero"
+    own = options({"auber": {"episodes": 7}, "auber-null": {"episodes": 9}})
+    assert (own["auber"]["episodes"], own["auber-null"]["episodes"], own["auber-l2"]["episodes"]) == (7, 9, 7)

@@ -572,7 +572,7 @@ def test_a_clone_holding_only_the_base_models_train_info_trains_it_again(smoke, 
                                     "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress", "--no-report"])
     assert res.exit_code == 0, res.output
     assert (base / "config.json").exists() and (base / "model.safetensors").exists()
-    assert json.loads((base / "train_info.json").read_text())["finished"] >= old_info["finished"]
+    assert json.loads((base / "train_info.json").read_text()) != old_info  # written again (its own wall time)
     trained = [line for line in (folder / "run.log").read_text().splitlines() if "wnli-seed0 trained in" in line]
     assert len(trained) == 2  # the smoke run's fine-tune, then this one
     assert {r["method"] for r in RecordStore(folder).records()} == {"original", "random"}

@@ -27,9 +27,10 @@ def parse_list(value: str | Sequence[str] | None, default: Sequence[str]) -> tup
 def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | None) -> document.Frames:
     """Everything beside the per-task tables (:class:`document.Frames`); the plots drawn into ``plots_dir``
     (none when it is None or there are no results)."""
+    missing = cells.missing_frame(data)
     return document.Frames(summary=cross_task_summary(results), comparisons=tables.comparisons_frame(results),
-                           cost=cells.cost_frame(data), walls=cells.wall_per_seed(data),
-                           missing=cells.missing_frame(data), option_sets=cells.option_sets(data),
+                           cost=cells.cost_frame(data), walls=cells.wall_per_seed(data, missing),
+                           missing=missing, option_sets=cells.option_sets(data),
                            plots=make_plots(data, results, plots_dir) if plots_dir and results else [])
 
 

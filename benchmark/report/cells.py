@@ -124,26 +124,36 @@ BASE_ROW = "base fine-tune"
 TOTAL_ROW = "total"
 
 
-def wall_per_seed(data: RunData) -> pd.DataFrame:
+def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.DataFrame:
     """Wall seconds of every cell, one row per unit (index: its label) and one column per ``task/seed`` (e.g.
     ``mrpc/s0``); NaN where the cell is missing. Rows in the report's order; columns by task, seed. Two rows
     follow the units, so that a user can plan a run: :data:`BASE_ROW`, the base model's fine-tune of that (task,
     seed) from ``DIR/base/<task>-seed<N>/train_info.json`` (:func:`base_walls`; the row is left out when no
-    folder has one), and :data:`TOTAL_ROW`, the sum of every row above it (missing cells count 0; one worker's
-    seconds: with ``--workers N`` the wall clock is about 1/N of it)."""
+    column has one), and :data:`TOTAL_ROW`, the sum of every row above it (one worker's seconds: with
+    ``--workers N`` the wall clock is about 1/N of it), NaN for a (task, seed) that is not complete: a planned
+    cell of it is missing or failed in ``missing`` (:func:`missing_frame`, computed when not given), or its base
+    fine-tune's time is unknown while other columns know theirs. Those two rows are rounded to milliseconds, as
+    the records' own times are."""
     df = data.frame
     if df.empty:
         return pd.DataFrame()
     df = df.assign(column=[f"{t}/s{int(s)}" for t, s in zip(df.task, df.seed)],
                    row=[u.label for u in df.unit],
-                   wall=pd.to_numeric(df.wall_s, errors="coerce"))
+                   wall=pd.to_numeric(df.wall_s, errors="coerce").astype(float))
     table = df.pivot_table(index="row", columns="column", values="wall", aggfunc="first", sort=False)
     order = {c: (task_key(t), int(s)) for c, t, s in zip(df.column, df.task, df.seed)}
-    table = table.reindex(index=[u.label for u in sorted_units(df.unit)], columns=sorted(table.columns, key=order.get))
+    table = table.reindex(index=[u.label for u in sorted_units(df.unit)],
+                          columns=sorted(table.columns, key=order.get)).astype(float)
     base = base_walls(data)
-    if base:
-        table.loc[BASE_ROW] = [base.get(c, math.nan) for c in table.columns]
-    table.loc[TOTAL_ROW] = table.sum(axis=0, skipna=True, min_count=1)
+    if any(c in base for c in table.columns):
+        table.loc[BASE_ROW] = [round(base.get(c, math.nan), 3) for c in table.columns]
+    missing = missing_frame(data) if missing is None else missing
+    incomplete = {f"{t}/s{int(s)}" for t, s, status in zip(missing.task, missing.seed, missing.status)
+                  if status in ("missing", "failed") and str(s).lstrip("-").isdigit()}
+    total = table.sum(axis=0, skipna=True, min_count=1)
+    if BASE_ROW in table.index:
+        incomplete |= {c for c in table.columns if math.isnan(table.loc[BASE_ROW, c])}
+    table.loc[TOTAL_ROW] = [math.nan if c in incomplete else round(total[c], 3) for c in table.columns]
     return table
 
 

@@ -138,7 +138,8 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
                  "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the base "
                  "model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. \"total\": "
                  "the sum of the rows above (one worker's seconds; with `--workers N` the wall clock is about 1/N of "
-                 "it). CSV: `wall_per_seed.csv`.\n"]
+                 "it); — for a (task, seed) with a planned cell missing or failed, or without its base fine-tune's "
+                 "time. CSV: `wall_per_seed.csv`.\n"]
 
 
 def missing_section(missing: pd.DataFrame, planned: bool) -> list[str]:

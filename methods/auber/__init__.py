@@ -449,8 +449,10 @@ class AuberPruner(HeadPruner):
 
 class AuberAblation(AuberPruner):
     """Base of AUBER's ablations (paper Table 3; not registered itself): ``ablation_of = "auber"`` (left out of
-    ``--methods all``), and no report place or colour of its own (``None``), so the report derives them from AUBER's.
-    The ablations are defined from :data:`ABLATIONS`."""
+    ``--methods all``, but for ``auber-null``, whose ``in_methods_all`` is True: a subclass of it inherits that), and
+    no report place or colour of its own (``None``), so the report derives them from AUBER's; the options given for
+    AUBER reach them too (the runner merges them; ``--option auber.X``). The ablations are defined from
+    :data:`ABLATIONS`."""
 
     ablation_of = "auber"
     report_order = None

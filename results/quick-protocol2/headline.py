@@ -17,14 +17,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmark.report.units import task_label
+
 GROUP = "prune+recover"
 SUFFIX = {"prune+recover": " +recover", "own-fine-tuning": ", own fine-tuning", "prune-only": ""}
 
 
-def label(row) -> str:
+def label(row, budgets: int, opts: int) -> str:
+    """The row's name as the report's first table gives it; its budget and options hash only where the table has
+    several of them (else rows would share a name)."""
     if row.method in ("original", "control"):
         return row.method
-    return f"{row.method}{SUFFIX.get(row.condition, ' ' + row.condition)}"
+    extra = (f" [{row.budget}]" if budgets > 1 else "") + (f" opts={row.opts}" if opts > 1 and row.opts else "")
+    return f"{row.method}{extra}{SUFFIX.get(row.condition, ' ' + row.condition)}"
 
 
 def fmt(v, digits=2) -> str:
@@ -36,24 +41,29 @@ def p_text(v) -> str:
 
 
 def main(report: Path) -> None:
-    scores = pd.read_csv(report / "scores.csv", keep_default_na=False, na_values=[""])
-    comps = pd.read_csv(report / "comparisons.csv", keep_default_na=False, na_values=[""])
+    if not (report / "scores.csv").exists():
+        sys.exit(f"{report}: no scores.csv; run `bench report results/quick-protocol2` first")
+    scores = pd.read_csv(report / "scores.csv", keep_default_na=False, na_values=[""], dtype={"opts": str})
+    comps = pd.read_csv(report / "comparisons.csv", keep_default_na=False, na_values=[""], dtype={"opts": str})
     keys = ["task", "group", "method", "budget", "condition", "opts"]
     for frame in (scores, comps):
         frame["opts"] = frame["opts"].fillna("")
     control = comps[(comps.kind == "control") & (comps.seeds == "all")]
     for task, table in scores[scores.group == GROUP].groupby("task", sort=False):
         metric = table.metric.iloc[0]
-        print(f"\n**{task.upper()}** ({'MCC x 100' if metric == 'matthews_correlation' else metric}, dev; "
+        print(f"\n**{task_label(task)}** ({'MCC x 100' if metric == 'matthews_correlation' else metric}, dev; "
               f"majority class {table.majority.iloc[0]:.2f})\n")
         print("| row | n | score mean ± SD | heads pruned | layers emptied | Δ vs control [95% CI] | p exact | p Holm "
               "| degenerate |")
         print("|---|---|---|---|---|---|---|---|---|")
         merged = table.merge(control, on=keys, how="left", suffixes=("", "_c"))
+        pruned = merged[~merged.method.isin(["original", "control"])]
+        budgets, opts = pruned.budget.nunique(), pruned.groupby("method").opts.nunique().max()
         for row in merged.itertuples():
             ci = "" if math.isnan(row.ci_low) else f" [{fmt(row.ci_low)}, {fmt(row.ci_high)}]"
             delta = "—" if math.isnan(row.mean_diff) else fmt(row.mean_diff) + ci
-            print(f"| {label(row)} | {row.n} | {row.mean:.2f} ± {row.sd:.2f} | {row.heads_pruned:.1f} | "
+            sd = "" if math.isnan(row.sd) else f" ± {row.sd:.2f}"
+            print(f"| {label(row, budgets, opts)} | {row.n} | {row.mean:.2f}{sd} | {row.heads_pruned:.1f} | "
                   f"{row.layers_emptied:.1f} | {delta} | {p_text(row.p_exact)} | {p_text(row.p_holm)} | "
                   f"{row.degenerate} |")
         pairs = comps[(comps.task == task) & (comps.group == GROUP) & (comps.kind == "pair") & (comps.seeds == "all")]
@@ -61,7 +71,7 @@ def main(report: Path) -> None:
         hits = tested[tested.p_holm < 0.05]
         print(f"\nPairwise ({task}): {len(tested)} pairs with equal head counts tested, {len(pairs) - len(tested)} "
               f"not tested (counts differ); smallest exact p {p_text(tested.p_exact.min())}, Holm p < .05: "
-              + (", ".join(f"{label(r)} vs {r.vs} ({fmt(r.mean_diff)}, p Holm {p_text(r.p_holm)})"
+              + (", ".join(f"{label(r, budgets, opts)} vs {r.vs} ({fmt(r.mean_diff)}, p Holm {p_text(r.p_holm)})"
                            for r in hits.itertuples()) or "none"))
 
 
