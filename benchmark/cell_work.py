@@ -158,6 +158,14 @@ class CellWork:
         """The budget setter of ``matched:METHOD`` (None for any other budget)."""
         return self.cfg.budget.value if self.cfg.budget.kind == "matched" else None
 
+    def takes_setter(self, method: str) -> bool:
+        """Whether cells of ``method`` take the budget setter's prune-only record (and so wait for it on Ray): with
+        ``matched:METHOD``, every method but the unpruned model, the setter itself and a method that decides its
+        own count (``own_budget``, e.g. ``auber-null`` beside ``matched:auber``)."""
+        setter = self.setter()
+        return (setter is not None and method not in (ORIGINAL, setter)
+                and not self.method_classes[method].own_budget)
+
     # ------------------------------------------------------------------ base model and bench
 
     def train_base(self, data: TaskData, seed: int, tokenizer) -> tuple[torch.nn.Module, dict[str, Any]]:

@@ -8,7 +8,8 @@ outcome it takes have returned, and Ray places it where its CPUs (``--threads-pe
   cells wait for it), or the cached ``DIR/base/`` folder put into Ray's object store by this process;
 * the unpruned cell (``original``, prune-only) after the base model; every other cell of the (task, seed) takes its
   record (for ``base_failed``, as the serial runner does);
-* with ``matched:METHOD``, every other method's cells after the setter's prune-only cell (they match its count);
+* with ``matched:METHOD``, every other method's cells after the setter's prune-only cell (they match its count),
+  but a method that decides its own count (``auber-null``), which needs none (:meth:`CellWork.takes_setter`);
 * a ``prune+recover`` or ``own-fine-tuning`` cell after its method's prune-only cell, whose prune step it reuses;
   the ``control`` after the base model.
 
@@ -219,7 +220,7 @@ class _Driver:
                 continue
             prune_key = work.key(task, seed, method, PRUNE_ONLY)
             needs = [work.key(task, seed, ORIGINAL, PRUNE_ONLY)] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
-            if setter is not None and method not in (ORIGINAL, setter):
+            if work.takes_setter(method):
                 needs.append(work.key(task, seed, setter, PRUNE_ONLY))
             if condition in REUSES_PRUNE:
                 needs.append(prune_key)
@@ -262,7 +263,7 @@ class _Driver:
 
         setter = work.setter()
         original = outcome_or_record(ORIGINAL) if (q.method, q.condition) != (ORIGINAL, PRUNE_ONLY) else None
-        setter_input = outcome_or_record(setter) if setter is not None and q.method not in (ORIGINAL, setter) else None
+        setter_input = outcome_or_record(setter) if work.takes_setter(q.method) else None
         reuse = self.outputs[q.prune_key][1] if self._reused(q) else None
         stored_prune = store.get(q.prune_key) if q.condition in REUSES_PRUNE and reuse is None else None  # resumed
         _, data_ref = self.data_refs[q.task]

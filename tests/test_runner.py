@@ -442,3 +442,21 @@ def test_cli_list_and_bad_options(glue_dir, tmp_path):
         assert res.exit_code != 0, extra
         assert message in res.output, (extra, res.output)
         assert not (tmp_path / "o").exists(), f"{extra}: a refused run left a run folder behind"
+
+
+def test_under_a_matched_budget_only_methods_that_match_it_wait_for_its_setter(glue_dir, tmp_path):
+    """`matched:auber`: random's cells take AUBER's prune-only record (and wait for it on Ray); auber-null decides
+    its own count like AUBER, so it neither takes nor waits for it and the two long searches can run side by side."""
+    runner = Runner(_config(tmp_path / "run", glue_dir, methods_spec="random,auber,auber-null", tasks_spec="wnli",
+                            budget="matched:auber"))
+    try:
+        work = runner.work
+        assert [work.takes_setter(m) for m in ("original", "random", "auber", "auber-null")] == [False, True, False,
+                                                                                                  False]
+    finally:
+        runner.close()
+    plain = Runner(_config(tmp_path / "plain", glue_dir, methods_spec="random,auber", tasks_spec="wnli"))
+    try:
+        assert not any(plain.work.takes_setter(m) for m in ("original", "random", "auber"))
+    finally:
+        plain.close()
