@@ -453,6 +453,32 @@ def test_pairwise_tests_only_rows_with_equal_head_counts_with_holm_among_them(tm
     assert set(cf[(cf.kind == "pair") & ~cf.tested].count_mismatch_seeds) == {"0 1 2 3 4 5"}
 
 
+def test_null_reward_control_rows_give_exact_p_outside_every_holm_family(tmp_path):
+    """auber-null is there for its head count: its comparisons keep their exact p, get no Holm p, and do not enlarge
+    the family of the methods' tests (Holm over the others equals statsmodels' over their p alone)."""
+    records = make_records(tasks=("rte",), seeds=tuple(range(6)), conditions=("prune-only", "prune+recover"),
+                           methods={"original": ["none"], "random": ["fraction:0.5"], "michel": ["fraction:0.5"],
+                                    "auber": ["own"], "auber-null": ["own"]})
+    run = write_run(tmp_path / "run", records)
+    results = analyse(load_runs([run]), n_boot=200, n_boot_examples=50)
+    for r in results:
+        outside = [c for c in (*r.comparisons, *r.pairwise) if "auber-null" in (c.target.name, c.reference.name)]
+        assert outside and all(not c.in_family and np.isnan(c.all.p_holm) for c in outside)
+        assert all(np.isfinite(c.all.stats.p_exact) for c in outside if c.tested)
+        for family in (r.comparisons, r.pairwise):
+            inside = [c for c in family if c.in_family and c.tested]
+            assert all("auber-null" not in (c.target.name, c.reference.name) for c in inside)
+            np.testing.assert_allclose([c.all.p_holm for c in inside],
+                                       multipletests([c.all.stats.p_exact for c in inside], method="holm")[1])
+    build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50)
+    md = (run / "report" / "report.md").read_text()
+    headline = md[md.index("## RTE (acc) — headline"):md.index("## RTE (acc) — prune-only")]
+    m = sum(1 for c in results[0].comparisons if c.in_family and c.tested)
+    assert f"Holm-adjusted over the {m} comparison(s)" in headline and "null control, exact" in headline
+    cf = pd.read_csv(run / "report" / "comparisons.csv")
+    assert set(cf[cf.method == "auber-null"].in_family) == {False} and cf[cf.method == "auber-null"].p_holm.isna().all()
+
+
 def test_a_pruned_row_that_pruned_no_head_is_not_tested_against_one_that_did(tmp_path):
     """A method that decides its own count can prune 0 heads (AUBER, auber-null): only original and control are
     exempt from the equal-count rule, not every row at 0."""

@@ -20,6 +20,10 @@ Choices where the issue is silent:
 * Pairwise (:attr:`GroupResult.pairwise`): every pair of the group's pruned rows (original and control left
   out: they are the "vs" columns), the later row minus the earlier, in their own Holm family.
 * ``against="all"``: every pair of rows in the "vs" family instead (the later row minus the earlier one).
+* Null-reward controls (:data:`NULL_CONTROLS`, ``auber-null``): their rows are there for their head count, beside
+  AUBER's; no claim is made about their scores, so their comparisons keep their exact p but stay out of every Holm
+  family (:attr:`Comparison.in_family`): a control must not make the tests of the methods weaker (with 10 seeds
+  the smallest exact p is 2/1024, and each comparison in a family multiplies it).
 """
 from __future__ import annotations
 
@@ -48,6 +52,10 @@ DEFAULT_AGAINST = (ORIGINAL, "auber")
 """The references every row is compared with unless the caller names others."""
 ALPHA = 0.05
 """Significance level of the Holm-adjusted exact p-values (table markers, ``significant`` column)."""
+
+NULL_CONTROLS = {"auber": "auber-null"}
+"""A method whose head count the report prints beside its null-reward control's (protocol: AUBER sized so that its
+count means something); the controls' comparisons are outside the Holm families."""
 
 
 @dataclass
@@ -144,7 +152,8 @@ class Comparison:
     ``control``, ...) or ``"pair"`` (pairwise, ``against="all"``); ``bad`` flags per common seed the pairs with a
     degenerate side, left out of the ``survivors`` view (``n_excluded`` of them); ``count_mismatch`` the common
     seeds on which both rows pruned heads but not the same number (then the comparison is not a test: its
-    p-values stay NaN and it is not in a Holm family)."""
+    p-values stay NaN and it is not in a Holm family); ``in_family`` False for a comparison with a null-reward
+    control (:data:`NULL_CONTROLS`): a test with its exact p, outside the Holm family (``p_holm`` NaN)."""
 
     target: Unit
     reference: Unit
@@ -155,6 +164,7 @@ class Comparison:
     all: SeedView
     survivors: SeedView
     count_mismatch: list[int] = field(default_factory=list)
+    in_family: bool = True
 
     @property
     def tested(self) -> bool:
@@ -368,7 +378,12 @@ def _scores_of(frame: pd.DataFrame) -> dict[Unit, dict[int, float]]:
 
 
 def _holm(comparisons: list[Comparison]) -> None:
-    """Set each comparison's Holm-adjusted p per seed view; one family: ``comparisons`` (untested ones out)."""
+    """Set each comparison's Holm-adjusted p per seed view; one family: ``comparisons`` (untested ones and those
+    with a null-reward control out: they are marked here, ``in_family`` False)."""
+    controls = set(NULL_CONTROLS.values())
+    for c in comparisons:
+        c.in_family = c.target.name not in controls and c.reference.name not in controls
+    comparisons = [c for c in comparisons if c.in_family]
     for which in VIEWS:
         adjusted, _ = stats.holm([c.view(which).stats.p_exact for c in comparisons])
         for c, p in zip(comparisons, adjusted):

@@ -57,10 +57,13 @@ def _pairwise_lines(r: GroupResult) -> list[str]:
     """The pairwise table of a group with its note (nothing with fewer than two pruned rows)."""
     if not r.pairwise:
         return []
-    m = sum(1 for c in r.pairwise if c.tested and np.isfinite(c.all.stats.p_exact))
+    m = sum(1 for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
+    controls = sum(1 for c in r.pairwise if c.tested and not c.in_family)
+    outside = f" ({controls} pair(s) with a null-reward control give their exact p outside it)" if controls else ""
     return [f"**{task_label(r.task)} pairwise** (every pair of pruned rows, row − minus, paired by seed; exact "
-            f"sign-flip p, Holm over the {m} tested pair(s) of this table; a pair whose head counts differ on some "
-            "seed is not a test, protocol.md §3; * Holm p < .05):\n", tables.md_table(tables.pairwise_table(r)), ""]
+            f"sign-flip p, Holm over the {m} tested pair(s) of this table{outside}; a pair whose head counts differ "
+            "on some seed is not a test, protocol.md §3; * Holm p < .05):\n", tables.md_table(tables.pairwise_table(r)),
+            ""]
 
 
 def header_section(data: RunData, results: list[GroupResult]) -> list[str]:

@@ -13,7 +13,8 @@ import pandas as pd
 
 from benchmark import stats
 from benchmark.records import CONTROL, CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER, WEIGHTS
-from benchmark.report.analysis import ALPHA, DEFAULT_AGAINST, VIEWS, Comparison, GroupResult, UnitStats
+from benchmark.report.analysis import (ALPHA, DEFAULT_AGAINST, NULL_CONTROLS, VIEWS, Comparison, GroupResult,
+                                      UnitStats)
 from benchmark.report.crosstask import CrossTaskSummary
 from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
 
@@ -140,9 +141,12 @@ WEIGHTS_LABEL = {"base": "base", "base+recovery": "base + recovery", "own": "own
 
 
 def _p_cell(c: Comparison, which: str) -> str:
-    """The Holm p of a comparison, or why there is none (different head counts on some seed)."""
+    """The Holm p of a comparison, or why there is none (different head counts on some seed; a null-reward
+    control, outside the family: its exact p instead)."""
     if not c.tested:
         return f"counts differ ({len(c.count_mismatch)}/{len(c.seeds)} seeds)"
+    if not c.in_family:
+        return f"null control, exact {p_text(c.view(which).stats.p_exact)}"
     return p_text(c.view(which).p_holm)
 
 
@@ -202,11 +206,6 @@ def pairwise_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-NULL_CONTROLS = {"auber": "auber-null"}
-"""A method whose head count the report prints beside its null-reward control's (protocol: AUBER sized so that its
-count means something)."""
-
-
 def _count_text(s: UnitStats) -> str:
     counts = sorted(s.heads.values())
     spread = f", range {counts[0]}–{counts[-1]}" if counts and counts[0] != counts[-1] else ""
@@ -232,7 +231,7 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
     """The notes under a task table: majority baseline and seeds, WNLI's caveat, the smallest reachable p with
     these seeds (and whether any comparison can reach p < :data:`ALPHA`), the markers' meaning."""
     n_seeds = len(r.seeds)
-    m = sum(1 for c in r.comparisons if np.isfinite(c.view(which).stats.p_exact))
+    m = sum(1 for c in r.comparisons if c.in_family and np.isfinite(c.view(which).stats.p_exact))
     n_max = max({c.view(which).stats.n for c in r.comparisons} or {n_seeds})
     notes = [f"majority-class baseline: {num(r.majority)}; seeds: {', '.join(map(str, r.seeds))} (n = {n_seeds})."]
     if r.base_failed_seeds:
@@ -260,6 +259,10 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
     if (np.isfinite(hmin) and hmin >= ALPHA) or pmin >= ALPHA:
         line += f" **No comparison here can reach p < {ALPHA:g} with these seeds**; run more seeds (paper preset: 10)."
     notes.append(line)
+    if any(not c.in_family for c in (*r.comparisons, *r.pairwise)):
+        notes.append("Rows of a null-reward control (" + ", ".join(sorted(NULL_CONTROLS.values())) + ") show their "
+                     "head count beside the method's; their comparisons give the exact p and stay out of the Holm "
+                     "family: no claim is made about their scores.")
     if r.references:
         notes.append("Markers (Holm p < .05): " + ", ".join(f"{marker(k)} vs {k}" for k in r.references) +
                      ". Δ in percent points (MCC × 100), 95% percentile bootstrap CI over seeds.")
@@ -276,7 +279,7 @@ def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]
             "condition": c.target.condition, "opts": c.target.opts or "", "vs": c.reference.label,
             "kind": c.kind, "seeds": "all" if which == "all" else "survivors",
             "n": s.n, "n_excluded": c.n_excluded if which == "survivors" else 0,
-            "tested": c.tested, "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
+            "tested": c.tested, "in_family": c.in_family, "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
             "mean_a": s.mean_a, "mean_b": s.mean_b, "mean_diff": s.mean_diff, "sd_diff": s.sd_diff,
             "ci_low": s.ci_low, "ci_high": s.ci_high, "ci2_low": two.low, "ci2_high": two.high,
             "p_exact": s.p_exact, "p_holm": v.p_holm, "significant": bool(np.isfinite(v.p_holm) and v.p_holm < ALPHA),
