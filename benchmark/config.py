@@ -136,7 +136,8 @@ PRESETS: dict[str, Preset] = {
     ),
     "quick": Preset(
         name="quick",
-        description="packaged MiniLM-L6, 4 tasks, 3 seeds, whole train splits, prune+recover (CPU: hours; see README)",
+        description=("packaged MiniLM-L6, 4 tasks, 3 seeds, whole train splits, prune+recover, AUBER at a CPU sizing "
+                     "(its fair sizing: the paper preset on a GPU) (CPU: hours; see README)"),
         model="minilm-l6",
         seeds=[0, 1, 2],
         budget="fraction:0.3",
