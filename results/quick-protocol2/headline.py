@@ -68,9 +68,11 @@ def main(report: Path) -> None:
                   f"{row.degenerate} |")
         pairs = comps[(comps.task == task) & (comps.group == GROUP) & (comps.kind == "pair") & (comps.seeds == "all")]
         tested = pairs[pairs.tested.astype(str) == "True"]
+        if "in_family" in pairs:  # pairs with a null-reward control: exact p only, outside the Holm family
+            tested = tested[tested.in_family.astype(str) == "True"]
         hits = tested[tested.p_holm < 0.05]
-        print(f"\nPairwise ({task}): {len(tested)} pairs with equal head counts tested, {len(pairs) - len(tested)} "
-              f"not tested (counts differ); smallest exact p {p_text(tested.p_exact.min())}, Holm p < .05: "
+        print(f"\nPairwise ({task}): {len(tested)} pairs with equal head counts in the Holm family, "
+              f"{len(pairs) - len(tested)} others (counts differ, or a null-reward control); smallest exact p {p_text(tested.p_exact.min())}, Holm p < .05: "
               + (", ".join(f"{label(r, budgets, opts)} vs {r.vs} ({fmt(r.mean_diff)}, p Holm {p_text(r.p_holm)})"
                            for r in hits.itertuples()) or "none"))
 
