@@ -156,6 +156,7 @@ def test_a_failing_method_and_a_dying_worker_land_in_failures_and_the_rest_finis
     assert plan["to_do"] == 4 and len((tmp_path / "failures.jsonl").read_text().splitlines()) == 8
 
 
+@pytest.mark.slow  # about 30-60 s each: kept out of the CI suite's 10 minutes
 def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, serial_run, glue_dir, tmp_path):
     """A `bench run` driver on this module's Ray cluster (--ray-address) killed with SIGKILL after a few records,
     then rerun: nothing finished is lost or computed again, and the records equal the serial run's."""

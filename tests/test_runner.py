@@ -201,6 +201,7 @@ def test_repair_waits_for_a_line_another_process_is_writing(tmp_path):
     assert path.read_text() == first + "\n" + second + "\n"
 
 
+@pytest.mark.slow  # about 30-60 s each: kept out of the CI suite's 10 minutes
 def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, tmp_path):
     """A real `bench run` process killed with SIGKILL mid-run, then rerun, gives the same records (masks,
     predictions, metrics) as the uninterrupted run in another process: resume and determinism in one test."""
