@@ -44,6 +44,7 @@ from typing import Any
 from benchmark.cell_work import prunes_again
 from benchmark.parallel_tasks import Outcome, remote_functions
 from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE
+from benchmark.run_folder import BASE_DIR
 from benchmark.time_limit import CellTimes
 from benchmark.transport import ModelParcel, unpack
 
@@ -158,7 +159,7 @@ class _Driver:
         self.slots = _slots(self.ex)
         self.window = self.slots + 1
         self.times = runner.limit.times if runner.limit is not None else CellTimes.of_folder(
-            runner.store.records(), runner.out / "base")
+            runner.store.records(), runner.out / BASE_DIR)
         self.pending: dict[Any, _Pending] = {}
         self.queue: list[_Queued] = []
         self.open_groups: dict[tuple[str, int], int] = {}  # (task, seed) -> cells still to return

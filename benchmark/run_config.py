@@ -237,8 +237,12 @@ def _merge_options(preset: Preset, names: list[str], given: dict[str, dict[str, 
         except methods.UnknownMethodError:
             parent_defaults = {}
         defining = {k for k, v in cls.defaults.items() if k not in parent_defaults or parent_defaults[k] != v}
-        layers = (preset.method_options.get(parent, {}), preset.method_options.get(name, {}), given.get(parent, {}))
-        options = {k: v for i, layer in enumerate(layers) for k, v in layer.items() if i == 1 or k not in defining}
+
+        def inherited(options: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in options.items() if k not in defining}
+
+        options = {**inherited(preset.method_options.get(parent, {})), **preset.method_options.get(name, {}),
+                   **inherited(given.get(parent, {}))}
         if options:
             merged[name] = options
     for m, opts in given.items():

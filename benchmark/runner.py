@@ -49,7 +49,7 @@ from benchmark.execution import resolve_execution
 from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
 from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
-from benchmark.run_folder import check_run_json, save_base_model
+from benchmark.run_folder import BASE_DIR, check_run_json, save_base_model
 from benchmark.stopping import StopRequest, starts_after_stop, stop_between_cells
 from benchmark.time_limit import CellTimes, TimeLimit
 from benchmark.store import REJECTED, RecordStore, file_lock
@@ -209,7 +209,7 @@ class Runner:
                  self.execution.summary())
         if self.cfg.time_limit_s is not None:
             self.limit = TimeLimit.starting_now(self.cfg.time_limit_s,
-                                                CellTimes.of_folder(self.store.records(), self.out / "base"))
+                                                CellTimes.of_folder(self.store.records(), self.out / BASE_DIR))
             log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         try:
@@ -329,7 +329,7 @@ class Runner:
 
     def base_folder(self, task: str, seed: int) -> Path:
         """Where the base model of (``task``, ``seed``) is cached."""
-        return self.out / "base" / f"{task}-seed{seed}"
+        return self.out / BASE_DIR / f"{task}-seed{seed}"
 
     def base_lock(self, task: str, seed: int) -> Path:
         """The lock file of that base model: processes sharing the folder train it once."""

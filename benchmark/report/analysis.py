@@ -379,10 +379,7 @@ def _scores_of(frame: pd.DataFrame) -> dict[Unit, dict[int, float]]:
 
 def _holm(comparisons: list[Comparison]) -> None:
     """Set each comparison's Holm-adjusted p per seed view; one family: ``comparisons`` (untested ones and those
-    with a null-reward control out: they are marked here, ``in_family`` False)."""
-    controls = set(NULL_CONTROLS.values())
-    for c in comparisons:
-        c.in_family = c.target.name not in controls and c.reference.name not in controls
+    outside the family, ``in_family`` False, left out)."""
     comparisons = [c for c in comparisons if c.in_family]
     for which in VIEWS:
         adjusted, _ = stats.holm([c.view(which).stats.p_exact for c in comparisons])
@@ -413,6 +410,9 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
                                      for t, r, k in pairs]
             comparisons = compare(comparison_pairs(units, group, against))
             pairwise = [] if against == "all" else compare(pairwise_pairs(units))
+            controls = set(NULL_CONTROLS.values())
+            for c in (*comparisons, *pairwise):  # a null-reward control's comparisons: exact p, no Holm family
+                c.in_family = c.target.name not in controls and c.reference.name not in controls
             _holm(comparisons)
             _holm(pairwise)
             results.append(GroupResult(

@@ -142,8 +142,7 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
                    wall=pd.to_numeric(df.wall_s, errors="coerce").astype(float))
     table = df.pivot_table(index="row", columns="column", values="wall", aggfunc="first", sort=False)
     order = {c: (task_key(t), int(s)) for c, t, s in zip(df.column, df.task, df.seed)}
-    table = table.reindex(index=[u.label for u in sorted_units(df.unit)],
-                          columns=sorted(table.columns, key=order.get)).astype(float)
+    table = table.reindex(index=[u.label for u in sorted_units(df.unit)], columns=sorted(table.columns, key=order.get))
     base = base_walls(data)
     if any(c in base for c in table.columns):
         table.loc[BASE_ROW] = [round(base.get(c, math.nan), 3) for c in table.columns]
