@@ -5,6 +5,7 @@ One report with plots is built once per module (the slow part, a few seconds); t
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -172,6 +173,47 @@ def test_wall_seconds_per_seed_add_each_base_fine_tune_from_its_train_info(tmp_p
     cells_s0 = sum(r["cost"]["wall_s"] for r in records if r["seed"] == 0)
     assert total["mrpc/s0"] == pytest.approx(cells_s0 + 580.5, abs=2e-3)  # (rounded to milliseconds)
     assert total[["mrpc/s1", "mrpc/s2", "mrpc/s3"]].isna().all()
+
+
+def test_wall_total_leaves_out_cells_whose_option_set_a_later_run_replaced(tmp_path):
+    """A method's options changed between two `bench run`s into one folder (runs.jsonl, oldest first): its cells
+    were computed again under the new options hash. Both records stay in the table (two rows), but a seed's total
+    counts the newest plan's cell once, so it says what a seed costs now. A record no plan lists still counts."""
+    records = make_records(tasks=("mrpc",), seeds=(0, 1), methods={"original": ["none"], "random": ["fraction:0.25"]})
+    old = [dict(r, cell=r["cell"].replace("opts=abc123", "opts=old999"), method_options={"v": 1},
+                cost=dict(r["cost"], wall_s=1000.0 + r["seed"]))
+           for r in records if r["method"] == "random"]
+    run = write_run(tmp_path / "run", old + records)
+    plans = [{"cells": [r["cell"] for r in old + records if r["method"] == "original"] + [r["cell"] for r in old]},
+             {"cells": [r["cell"] for r in records]}]
+    (run / "runs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in plans))
+    # the old option set's seed-0 cell failed once, then the old set was replaced: not failed, not missing
+    failure = {"cell": old[0]["cell"], "task": "mrpc", "seed": 0, "method": "random", "condition": "prune-only",
+               "error": "LocalRayletDiedError: boom"}
+    (run / "failures.jsonl").write_text(json.dumps(failure) + "\n")
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old[1:] + records))
+    data = load_runs([run])
+    assert data.superseded == {r["cell"] for r in old}
+    assert cells.missing_frame(data).empty
+    old = old[1:]
+    walls = cells.wall_per_seed(data)
+    for s in (0, 1):
+        column = f"mrpc/s{s}"
+        if s == 1:  # the old set's record keeps its row (seed 0's failed)
+            assert sorted(walls[column].drop("total").dropna())[-1] == 1000.0 + s
+        current = sum(r["cost"]["wall_s"] for r in records if r["seed"] == s)
+        assert walls.loc["total", column] == pytest.approx(current, abs=5e-4)  # (rounded to milliseconds)
+    # a third run that plans the old option set again makes it current, and the newer one superseded
+    (run / "runs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in plans + [plans[0]]))
+    assert load_runs([run]).superseded == {r["cell"] for r in records if r["method"] == "random"}
+    # without runs.jsonl nothing says which set is current: every record counts (seed 0 is incomplete: the grid
+    # rule lists the failed cell)
+    (run / "runs.jsonl").unlink()
+    assert load_runs([run]).superseded == set()
+    walls = cells.wall_per_seed(load_runs([run]))
+    assert math.isnan(walls.loc["total", "mrpc/s0"])
+    assert walls.loc["total", "mrpc/s1"] == pytest.approx(sum(r["cost"]["wall_s"] for r in old + records
+                                                              if r["seed"] == 1), abs=5e-4)
 
 
 def test_markdown_table_has_the_right_means_and_sds(built):

@@ -3,7 +3,6 @@ wall seconds per (task, seed). Cell keys are parsed with :class:`benchmark.recor
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Any
@@ -12,18 +11,13 @@ import numpy as np
 import pandas as pd
 
 from benchmark.records import CellKey
-from benchmark.report.load import RunData, opts_of, parse_key
+from benchmark.report.load import RunData, opts_of, parse_key, without_opts
 from benchmark.report.units import sorted_methods, sorted_units, task_key
 from benchmark.run_folder import BASE_DIR, base_train_infos
 
 OTHER_OPTIONS = "ran with other options"
 """Status of a planned cell that has a record only under another options hash of its method."""
 MISSING_COLUMNS = ["task", "seed", "method", "budget", "condition", "status", "error"]
-
-
-def _without_opts(key: CellKey | None) -> CellKey | None:
-    """The cell a key names, whatever options its method ran with."""
-    return None if key is None else dataclasses.replace(key, opts=None)
 
 
 def _missing_row(key: CellKey, status: str, error: str, method: str | None = None) -> dict[str, Any]:
@@ -37,6 +31,8 @@ def missing_frame(data: RunData) -> pd.DataFrame:
     A folder without ``runs.jsonl`` (made by an older runner) falls back to the grid tasks x seeds x units seen
     in it. Columns :data:`MISSING_COLUMNS`: task, seed, method, budget, condition, status ("missing", "failed",
     or :data:`OTHER_OPTIONS`: the cell has a record, but under another options hash than the planned one), error.
+    A cell planned under an option set that a later run replaced (``RunData.superseded``) is not listed, even if
+    it failed then: the later plan's key of the cell says whether it is still to do.
     """
     rows = _missing_from_plans(data) if data.planned else _missing_from_grid(data)
     return pd.DataFrame(rows, columns=MISSING_COLUMNS)
@@ -52,7 +48,7 @@ def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
     present = {r.cell for r in data.records}
     # a planned cell whose (task, seed, method, budget, condition) has a record under another options hash was
     # planned by a command run with other method options (e.g. before a preset's sizing changed)
-    present_cells = {_without_opts(parse_key(r.cell)) for r in data.records}
+    present_cells = {without_opts(parse_key(r.cell)) for r in data.records}
     failed = {f.get("cell"): f for f in data.failures}
     rows, seen = [], set()
     for keys in data.planned.values():
@@ -61,8 +57,10 @@ def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
             if text in present or text in seen or key is None:
                 continue
             seen.add(text)
+            if text in data.superseded:  # a later run planned this cell with other options: nothing left to do
+                continue
             f = failed.get(text)
-            status = "failed" if f else OTHER_OPTIONS if _without_opts(key) in present_cells else "missing"
+            status = "failed" if f else OTHER_OPTIONS if without_opts(key) in present_cells else "missing"
             rows.append(_missing_row(key, status, (f or {}).get("error", "")))
     for text, f in failed.items():
         if text not in seen and text not in present:
@@ -72,7 +70,7 @@ def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
 
 def _missing_from_grid(data: RunData) -> list[dict[str, Any]]:
     df = data.frame
-    failed = {_without_opts(_failure_key(f)): f for f in data.failures}
+    failed = {without_opts(_failure_key(f)): f for f in data.failures}
     rows, matched = [], set()
     units = sorted_units(df.unit.unique()) if not df.empty else []
     present = set(zip(df.task, df.seed, df.unit))
@@ -129,8 +127,10 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
     ``mrpc/s0``); NaN where the cell is missing. Rows in the report's order; columns by task, seed. Two rows
     follow the units, so that a user can plan a run: :data:`BASE_ROW`, the base model's fine-tune of that (task,
     seed) from ``DIR/base/<task>-seed<N>/train_info.json`` (:func:`base_walls`; the row is left out when no
-    column has one), and :data:`TOTAL_ROW`, the sum of every row above it (one worker's seconds: with
-    ``--workers N`` the wall clock is about 1/N of it), NaN for a (task, seed) that is not complete: a planned
+    column has one), and :data:`TOTAL_ROW`, the sum of the rows above it but for the records whose option set a
+    later ``bench run`` replaced (``RunData.superseded``: what a seed costs now, not what the folder's history
+    cost; one worker's seconds: with ``--workers N`` the wall clock is about 1/N of it), NaN for a (task, seed)
+    that is not complete: a planned
     cell of it is missing or failed in ``missing`` (:func:`missing_frame`, computed when not given), or its base
     fine-tune's time is unknown while other columns know theirs. Those two rows are rounded to milliseconds, as
     the records' own times are."""
@@ -149,8 +149,10 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
     missing = missing_frame(data) if missing is None else missing
     incomplete = {f"{t}/s{int(s)}" for t, s, status in zip(missing.task, missing.seed, missing.status)
                   if status in ("missing", "failed") and str(s).lstrip("-").isdigit()}
-    total = table.sum(axis=0, skipna=True, min_count=1)
+    current = df[[data.records[i].cell not in data.superseded for i in df.rec]]
+    total = current.groupby("column")["wall"].sum(min_count=1).reindex(table.columns)
     if BASE_ROW in table.index:
+        total = total.add(table.loc[BASE_ROW], fill_value=0.0)
         incomplete |= {c for c in table.columns if math.isnan(table.loc[BASE_ROW, c])}
     table.loc[TOTAL_ROW] = [math.nan if c in incomplete else round(total[c], 3) for c in table.columns]
     return table

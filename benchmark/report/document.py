@@ -140,8 +140,8 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
     return md + ["## Wall seconds per (task, seed)\n", tables.md_table(tables.walls_text(frames.walls)),
                  "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the base "
                  "model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. \"total\": "
-                 "the sum of the rows above (one worker's seconds; with `--workers N` the wall clock is about 1/N of "
-                 "it); — for a (task, seed) with a planned cell missing or failed, or without its base fine-tune's "
+                 "the sum of the rows above but for cells computed under an option set that a later `bench run` "
+                 "replaced (one worker's seconds; with `--workers N` the wall clock is about 1/N of it); — for a (task, seed) with a planned cell missing or failed, or without its base fine-tune's "
                  "time. CSV: `wall_per_seed.csv`.\n"]
 
 

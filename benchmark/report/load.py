@@ -3,6 +3,7 @@ frame (one row per record), the input of every table and plot of the report and 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -52,6 +53,11 @@ def parse_key(text: str) -> CellKey | None:
         return None
 
 
+def without_opts(key: CellKey | None) -> CellKey | None:
+    """The cell a key names, whatever options its method ran with."""
+    return None if key is None else dataclasses.replace(key, opts=None)
+
+
 @dataclass
 class RunData:
     """Records of one or more run folders, de-duplicated by cell key.
@@ -65,6 +71,8 @@ class RunData:
             column ``unit`` and the record's position in ``records`` in column ``rec``.
         planned: planned cell keys per folder (from ``runs.jsonl``; a folder made by an older runner has none).
         broken: unreadable lines of the folders' JSONL files (skipped, each named in a warning and in the report).
+        superseded: cell keys, of records and of plans, whose option set a later ``bench run`` into their folder
+            replaced (:func:`superseded_cells`); such records stay in every table, under their own options hash.
     """
 
     folders: list[Path]
@@ -74,6 +82,7 @@ class RunData:
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)
     planned: dict[Path, list[str]] = field(default_factory=dict)
     broken: list[BrokenLine] = field(default_factory=list)
+    superseded: set[str] = field(default_factory=set)
 
 
 def _read_folder(folder: Path) -> tuple[list[dict], list[dict], list[dict], list[BrokenLine]]:
@@ -92,6 +101,27 @@ def _read_folder(folder: Path) -> tuple[list[dict], list[dict], list[dict], list
         warn(f"{b}: skipped. {_BROKEN_CONSEQUENCE[b.path.name]} The next `bench run` into {folder} moves "
              f"the line to {REJECTED} (kept there) and computes any missing cell again.")
     return recs, fails, plans, broken + broken_f + broken_p
+
+
+def superseded_cells(plans: Sequence[dict[str, Any]], cells: Iterable[Any]) -> set[str]:
+    """The keys among ``cells`` (a folder's record and planned cell keys) whose option set a later plan replaced.
+
+    ``plans`` are the folder's ``runs.jsonl`` entries in the order they were written, each with its planned cell
+    keys (``cells``). A cell (task, seed, method, budget, condition) takes the options hash of the newest plan that
+    lists it; a record under another hash of that cell is superseded (e.g. a method's preset changed between two
+    sittings, and the cell was computed again). A record whose cell no plan lists is not."""
+    current: dict[CellKey, str] = {}
+    for plan in plans:
+        for text in plan.get("cells", []):
+            key = parse_key(str(text))
+            if key is not None:
+                current[without_opts(key)] = str(text)
+    out = set()
+    for text in cells:
+        key = parse_key(str(text))
+        if key is not None and current.get(without_opts(key), text) != text:
+            out.add(str(text))
+    return out
 
 
 def _warn_duplicates(duplicates: list[str], differing: list[str]) -> None:
@@ -142,6 +172,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
         failures.extend(fails)
         if plans:
             data.planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
+            data.superseded |= superseded_cells(plans, [e.get("cell") for e in entries] + data.planned[folder])
     _warn_duplicates(data.duplicates, differing)
     _warn_mixed_experiments(data.records)
     latest: dict[str, dict[str, Any]] = {}
