@@ -521,6 +521,20 @@ def test_null_reward_control_rows_give_exact_p_outside_every_holm_family(tmp_pat
     assert set(cf[cf.method == "auber-null"].in_family) == {False} and cf[cf.method == "auber-null"].p_holm.isna().all()
 
 
+def test_a_task_whose_every_seed_is_a_base_failure_claims_no_pairwise_p(tmp_path):
+    """WNLI in results/quick-protocol2: every base model failed, so no pair has a seed; the pairwise note must not
+    say that the null-reward control's pairs give an exact p (they have none)."""
+    records = make_records(tasks=("rte",), seeds=(0, 1, 2), conditions=("prune-only", "prune+recover"),
+                           methods={"original": ["none"], "random": ["fraction:0.5"], "auber": ["own"],
+                                    "auber-null": ["own"]}, degenerate={("rte", s, "original") for s in range(3)})
+    assert all(r["base_failed"] for r in records)
+    md = (build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=100,
+                       n_boot_examples=20) / "report.md").read_text()
+    notes = [line for line in md.splitlines() if line.startswith("**RTE pairwise**")]
+    assert len(notes) == 2 and all("Holm over the 0 tested pair(s) of this table;" in n for n in notes), notes
+    assert not any("null-reward control give" in n for n in notes)
+
+
 def test_a_pruned_row_that_pruned_no_head_is_not_tested_against_one_that_did(tmp_path):
     """A method that decides its own count can prune 0 heads (AUBER, auber-null): only original and control are
     exempt from the equal-count rule, not every row at 0."""

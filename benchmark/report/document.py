@@ -58,7 +58,7 @@ def _pairwise_lines(r: GroupResult) -> list[str]:
     if not r.pairwise:
         return []
     m = sum(1 for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
-    controls = sum(1 for c in r.pairwise if c.tested and not c.in_family)
+    controls = sum(1 for c in r.pairwise if c.tested and not c.in_family and np.isfinite(c.all.stats.p_exact))
     outside = f" ({controls} pair(s) with a null-reward control give their exact p outside it)" if controls else ""
     return [f"**{task_label(r.task)} pairwise** (every pair of pruned rows, row − minus, paired by seed; exact "
             f"sign-flip p, Holm over the {m} tested pair(s) of this table{outside}; a pair whose head counts differ "
