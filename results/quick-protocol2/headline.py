@@ -53,6 +53,10 @@ def main(report: Path) -> None:
         metric = table.metric.iloc[0]
         print(f"\n**{task_label(task)}** ({'MCC x 100' if metric == 'matthews_correlation' else metric}, dev; "
               f"majority class {table.majority.iloc[0]:.2f})\n")
+        if (table.n == 0).all():  # every seed a base failure (protocol §6): nothing to table
+            print(f"Every seed is a base failure ({int(table.base_failed_seeds.max())} seed(s)): no statistic; "
+                  "the report lists each row's scores on those seeds.")
+            continue
         print("| row | n | score mean ± SD | heads pruned | layers emptied | Δ vs control [95% CI] | p exact | p Holm "
               "| degenerate |")
         print("|---|---|---|---|---|---|---|---|---|")
