@@ -5,9 +5,11 @@ prints, per task, one row per unit of the report's first table: n seeds, score m
 for CoLA), heads pruned (mean over seeds), layers emptied (mean), degenerate runs, and the paired comparison with the
 control over every seed (Δ, 95% percentile bootstrap CI over seeds, exact sign-flip p, Holm-adjusted p within the
 table). Then the pairwise family: how many pairs were tested and which reach Holm p < .05. No number is computed
-here beyond formatting.
+here beyond formatting, but one: with ``--counts``, AUBER's head count against its null-reward control's
+(auber-null), per (task, seed) of this folder's `records.jsonl` (prune-only cells, base failures left out, seeds
+below ``--seeds N``), and the exact two-sided sign test over the untied pairs (scipy's binomtest at 0.5).
 
-    python results/quick-protocol2/headline.py [REPORT_DIR]
+    python results/quick-protocol2/headline.py [REPORT_DIR] [--counts] [--seeds N]
 """
 from __future__ import annotations
 
@@ -81,5 +83,38 @@ def main(report: Path) -> None:
                            for r in hits.itertuples()) or "none"))
 
 
+def counts(folder: Path, seeds: int | None) -> None:
+    """AUBER's heads pruned against auber-null's per (task, seed), and the sign test (module docstring)."""
+    import json
+
+    from scipy.stats import binomtest
+
+    pairs: dict[tuple[str, int], dict[str, int]] = {}
+    for line in (folder / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if (r["method"] in ("auber", "auber-null") and r["condition"] == "prune-only" and not r["base_failed"]
+                and (seeds is None or r["seed"] < seeds)):
+            pairs.setdefault((r["task"], r["seed"]), {})[r["method"]] = r["heads_pruned"]
+    pairs = {k: v for k, v in sorted(pairs.items()) if len(v) == 2}
+    print("\n| task | seed | auber | auber-null |\n|---|---|---|---|")
+    for (task, seed), v in pairs.items():
+        print(f"| {task_label(task)} | {seed} | {v['auber']} | {v['auber-null']} |")
+    fewer = sum(v["auber"] < v["auber-null"] for v in pairs.values())
+    more = sum(v["auber"] > v["auber-null"] for v in pairs.values())
+    p = binomtest(fewer, fewer + more, 0.5).pvalue if fewer + more else math.nan
+    print(f"\nAUBER pruned fewer heads than auber-null on {fewer}, more on {more}, as many on "
+          f"{len(pairs) - fewer - more} of {len(pairs)} (task, seed) pairs; exact two-sided sign test over the "
+          f"untied pairs: p = {p_text(p)}")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "report")
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", nargs="?", type=Path, default=Path(__file__).parent / "report")
+    parser.add_argument("--counts", action="store_true", help="AUBER's count against auber-null's, with a sign test")
+    parser.add_argument("--seeds", type=int, default=None, help="only seeds below N for --counts")
+    args = parser.parse_args()
+    main(args.report)
+    if args.counts:
+        counts(args.report.parent, args.seeds)
