@@ -193,7 +193,8 @@ def test_wall_total_leaves_out_cells_whose_option_set_a_later_run_replaced(tmp_p
     (run / "failures.jsonl").write_text(json.dumps(failure) + "\n")
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old[1:] + records))
     data = load_runs([run])
-    assert data.superseded == {r["cell"] for r in old}
+    assert data.superseded == {run: {r["cell"] for r in old}}  # (old[0]'s key as planned)
+    assert data.superseded_records == {r["cell"] for r in old[1:]}
     assert cells.missing_frame(data).empty
     old = old[1:]
     walls = cells.wall_per_seed(data)
@@ -205,15 +206,52 @@ def test_wall_total_leaves_out_cells_whose_option_set_a_later_run_replaced(tmp_p
         assert walls.loc["total", column] == pytest.approx(current, abs=5e-4)  # (rounded to milliseconds)
     # a third run that plans the old option set again makes it current, and the newer one superseded
     (run / "runs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in plans + [plans[0]]))
-    assert load_runs([run]).superseded == {r["cell"] for r in records if r["method"] == "random"}
+    data = load_runs([run])
+    assert data.superseded_records == {r["cell"] for r in records if r["method"] == "random"}
+    # ... and seed 0's old-options cell, current again, failed and has no record: listed, and its seed's total
+    # is unknown, not the others' sum
+    assert cells.missing_frame(data).status.tolist() == ["failed"]
+    walls = cells.wall_per_seed(data)
+    assert math.isnan(walls.loc["total", "mrpc/s0"]) and not math.isnan(walls.loc["total", "mrpc/s1"])
+    # without the failure: the current cell has only the replaced options' record, so it is still to do
+    (run / "failures.jsonl").unlink()
+    data = load_runs([run])
+    assert cells.missing_frame(data).status.tolist() == ["ran with other options"]
+    assert math.isnan(cells.wall_per_seed(data).loc["total", "mrpc/s0"])
     # without runs.jsonl nothing says which set is current: every record counts (seed 0 is incomplete: the grid
     # rule lists the failed cell)
     (run / "runs.jsonl").unlink()
-    assert load_runs([run]).superseded == set()
+    assert load_runs([run]).superseded == {} and load_runs([run]).superseded_records == set()
     walls = cells.wall_per_seed(load_runs([run]))
     assert math.isnan(walls.loc["total", "mrpc/s0"])
     assert walls.loc["total", "mrpc/s1"] == pytest.approx(sum(r["cost"]["wall_s"] for r in old + records
                                                               if r["seed"] == 1), abs=5e-4)
+
+
+def test_an_option_set_replaced_in_one_folder_is_still_current_in_another(tmp_path):
+    """Which option set is current is a folder's own history: folder P replaced random's options, folder Q ran only
+    the old ones (and one of its cells failed). Reported together, Q's failure stays listed and Q's old-options
+    records count in Q's seeds' totals."""
+    records = make_records(tasks=("mrpc",), seeds=(0, 1), methods={"original": ["none"], "random": ["fraction:0.25"]})
+    old = [dict(r, cell=r["cell"].replace("opts=abc123", "opts=old999"), method_options={"v": 1})
+           for r in records if r["method"] == "random"]
+    p = write_run(tmp_path / "p", records)
+    (p / "runs.jsonl").write_text(json.dumps({"cells": [r["cell"] for r in old]}) + "\n"
+                                  + json.dumps({"cells": [r["cell"] for r in records]}) + "\n")
+    q_records = [dict(r, task="rte", cell=r["cell"].replace("mrpc|", "rte|")) for r in records if r["method"] == "original"]
+    q_old = [dict(r, task="rte", cell=r["cell"].replace("mrpc|", "rte|")) for r in old]
+    failure = {"cell": q_old[0]["cell"], "task": "rte", "seed": 0, "method": "random", "condition": "prune-only",
+               "error": "RuntimeError: boom"}
+    q = write_run(tmp_path / "q", q_records + q_old[1:], [failure])
+    (q / "runs.jsonl").write_text(json.dumps({"cells": [r["cell"] for r in q_records + q_old]}) + "\n")
+    data = load_runs([p, q])
+    assert data.superseded == {p: {r["cell"] for r in old}, q: set()} and data.superseded_records == set()
+    missing = cells.missing_frame(data)
+    assert [(r.task, r.seed, r.status) for r in missing.itertuples()] == [("rte", 0, "failed")]
+    walls = cells.wall_per_seed(data)
+    assert math.isnan(walls.loc["total", "rte/s0"])
+    assert walls.loc["total", "rte/s1"] == pytest.approx(sum(r["cost"]["wall_s"] for r in q_records + q_old
+                                                             if r["seed"] == 1), abs=5e-4)
 
 
 def test_markdown_table_has_the_right_means_and_sds(built):
@@ -533,6 +571,9 @@ def test_a_task_whose_every_seed_is_a_base_failure_claims_no_pairwise_p(tmp_path
     notes = [line for line in md.splitlines() if line.startswith("**RTE pairwise**")]
     assert len(notes) == 2 and all("Holm over the 0 tested pair(s) of this table;" in n for n in notes), notes
     assert not any("null-reward control give" in n for n in notes)
+    cf = pd.read_csv(tmp_path / "run" / "report" / "comparisons.csv")
+    assert len(cf) and (cf.n == 0).all() and not cf.tested.any()  # no paired seed: no comparison is a test
+    assert "counts differ (0/0 seeds)" not in md
 
 
 def test_a_pruned_row_that_pruned_no_head_is_not_tested_against_one_that_did(tmp_path):

@@ -168,8 +168,8 @@ class Comparison:
 
     @property
     def tested(self) -> bool:
-        """Whether this comparison is a test (paired seeds with equal head counts)."""
-        return not self.count_mismatch
+        """Whether this comparison is a test: at least one paired seed, and equal head counts on each."""
+        return bool(self.seeds) and not self.count_mismatch
 
     def view(self, which: str) -> SeedView:
         """The ``"all"`` or ``"survivors"`` seed set's view."""

@@ -51,13 +51,14 @@ def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
     present_cells = {without_opts(parse_key(r.cell)) for r in data.records}
     failed = {f.get("cell"): f for f in data.failures}
     rows, seen = [], set()
-    for keys in data.planned.values():
+    for folder, keys in data.planned.items():
+        replaced = data.superseded.get(folder, set())
         for text in keys:
             key = parse_key(text)
             if text in present or text in seen or key is None:
                 continue
             seen.add(text)
-            if text in data.superseded:  # a later run planned this cell with other options: nothing left to do
+            if text in replaced:  # a later run into this folder planned the cell with other options: not to do
                 continue
             f = failed.get(text)
             status = "failed" if f else OTHER_OPTIONS if without_opts(key) in present_cells else "missing"
@@ -128,11 +129,11 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
     follow the units, so that a user can plan a run: :data:`BASE_ROW`, the base model's fine-tune of that (task,
     seed) from ``DIR/base/<task>-seed<N>/train_info.json`` (:func:`base_walls`; the row is left out when no
     column has one), and :data:`TOTAL_ROW`, the sum of the rows above it but for the records whose option set a
-    later ``bench run`` replaced (``RunData.superseded``: what a seed costs now, not what the folder's history
-    cost; one worker's seconds: with ``--workers N`` the wall clock is about 1/N of it), NaN for a (task, seed)
-    that is not complete: a planned
-    cell of it is missing or failed in ``missing`` (:func:`missing_frame`, computed when not given), or its base
-    fine-tune's time is unknown while other columns know theirs. Those two rows are rounded to milliseconds, as
+    later ``bench run`` replaced (``RunData.superseded_records``: what a seed costs now, not what the folder's
+    history cost; one worker's seconds: with ``--workers N`` the wall clock is about 1/N of it), NaN for a (task,
+    seed) that is not complete: a planned cell of it is missing, failed, or not yet run under its planned options
+    in ``missing`` (:func:`missing_frame`, computed when not given), or its base fine-tune's time is unknown while
+    other columns know theirs. Those two rows are rounded to milliseconds, as
     the records' own times are."""
     df = data.frame
     if df.empty:
@@ -148,8 +149,8 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
         table.loc[BASE_ROW] = [round(base.get(c, math.nan), 3) for c in table.columns]
     missing = missing_frame(data) if missing is None else missing
     incomplete = {f"{t}/s{int(s)}" for t, s, status in zip(missing.task, missing.seed, missing.status)
-                  if status in ("missing", "failed") and str(s).lstrip("-").isdigit()}
-    current = df[[data.records[i].cell not in data.superseded for i in df.rec]]
+                  if status in ("missing", "failed", OTHER_OPTIONS) and str(s).lstrip("-").isdigit()}
+    current = df[[data.records[i].cell not in data.superseded_records for i in df.rec]]
     total = current.groupby("column")["wall"].sum(min_count=1).reindex(table.columns)
     if BASE_ROW in table.index:
         total = total.add(table.loc[BASE_ROW], fill_value=0.0)

@@ -71,8 +71,10 @@ class RunData:
             column ``unit`` and the record's position in ``records`` in column ``rec``.
         planned: planned cell keys per folder (from ``runs.jsonl``; a folder made by an older runner has none).
         broken: unreadable lines of the folders' JSONL files (skipped, each named in a warning and in the report).
-        superseded: cell keys, of records and of plans, whose option set a later ``bench run`` into their folder
-            replaced (:func:`superseded_cells`); such records stay in every table, under their own options hash.
+        superseded: per folder, the cell keys (of its records and plans) whose option set a later ``bench run``
+            into that folder replaced (:func:`superseded_cells`).
+        superseded_records: the keys of :attr:`records` superseded in the folder they were read from; such
+            records stay in every table, under their own options hash, but not in a seed's wall-time total.
     """
 
     folders: list[Path]
@@ -82,7 +84,8 @@ class RunData:
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)
     planned: dict[Path, list[str]] = field(default_factory=dict)
     broken: list[BrokenLine] = field(default_factory=list)
-    superseded: set[str] = field(default_factory=set)
+    superseded: dict[Path, set[str]] = field(default_factory=dict)
+    superseded_records: set[str] = field(default_factory=set)
 
 
 def _read_folder(folder: Path) -> tuple[list[dict], list[dict], list[dict], list[BrokenLine]]:
@@ -151,6 +154,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
     """
     data = RunData(folders=[Path(f) for f in folders], records=[], failures=[])
     seen: dict[str, Record] = {}
+    read_from: dict[str, Path] = {}  # record key -> the folder it was read from
     differing: list[str] = []
     failures: list[dict[str, Any]] = []
     for folder in data.folders:
@@ -168,11 +172,13 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
                     differing.append(rec.cell)
                 continue
             seen[rec.cell] = rec
+            read_from[rec.cell] = folder
             data.records.append(rec)
         failures.extend(fails)
         if plans:
             data.planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
-            data.superseded |= superseded_cells(plans, [e.get("cell") for e in entries] + data.planned[folder])
+            data.superseded[folder] = superseded_cells(plans, [e.get("cell") for e in entries] + data.planned[folder])
+            data.superseded_records |= {c for c in data.superseded[folder] if read_from.get(c) == folder}
     _warn_duplicates(data.duplicates, differing)
     _warn_mixed_experiments(data.records)
     latest: dict[str, dict[str, Any]] = {}

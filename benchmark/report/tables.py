@@ -141,8 +141,10 @@ WEIGHTS_LABEL = {"base": "base", "base+recovery": "base + recovery", "own": "own
 
 
 def _p_cell(c: Comparison, which: str) -> str:
-    """The Holm p of a comparison, or why there is none (different head counts on some seed; a null-reward
-    control, outside the family: its exact p instead)."""
+    """The Holm p of a comparison, or why there is none (no paired seed; different head counts on some seed; a
+    null-reward control, outside the family: its exact p instead)."""
+    if not c.seeds:
+        return "—"
     if not c.tested:
         return f"counts differ ({len(c.count_mismatch)}/{len(c.seeds)} seeds)"
     if not c.in_family:
