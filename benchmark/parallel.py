@@ -22,7 +22,7 @@ not start last and leave the other workers idle, then the plan's order. Base fin
 and like a cell only into a free slot. Ray alone would not hold that limit: a task blocked in ``ray.get`` (every
 task asks the status board whether it may start) lends its CPU to the next queued task and takes it back when the
 call returns, so a third base fine-tune handed to a 2-CPU Ray ran beside the other two (seen on 2026-12-01: three
-at once on 2 cores, each at two thirds of its speed).
+base fine-tunes at once on 2 cores, for the window's three (task, seed) groups).
 
 Base models travel through Ray's object store, packed as :class:`~benchmark.transport.ModelParcel` (rebuilt by their
 class where they arrive: a model unpickled in a process that never constructed its class has no attention outputs),
