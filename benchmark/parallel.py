@@ -18,7 +18,11 @@ a cell that reuses a prune step computed in this run (its method's own weights l
 the session's end would lose them), then the longest expected cell (the folder's recorded times and
 this run's, :class:`~benchmark.time_limit.CellTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
 not start last and leave the other workers idle, then the plan's order. Base fine-tunes are submitted when their
-(task, seed) opens (a window of slots + 1 at a time, so the object store holds few base models).
+(task, seed) opens (a window of slots + 1 at a time, so the object store holds few base models), before any cell,
+and like a cell only into a free slot. Ray alone would not hold that limit: a task blocked in ``ray.get`` (every
+task asks the status board whether it may start) lends its CPU to the next queued task and takes it back when the
+call returns, so a third base fine-tune handed to a 2-CPU Ray ran beside the other two (seen on 2026-12-01: three
+base fine-tunes at once on 2 cores, for the window's three (task, seed) groups).
 
 Base models travel through Ray's object store, packed as :class:`~benchmark.transport.ModelParcel` (rebuilt by their
 class where they arrive: a model unpickled in a process that never constructed its class has no attention outputs),
@@ -164,6 +168,7 @@ class _Driver:
         self.queue: list[_Queued] = []
         self.open_groups: dict[tuple[str, int], int] = {}  # (task, seed) -> cells still to return
         self.bases: dict[tuple[str, int], Any] = {}  # (task, seed) -> base model ref (cached, or a returned task)
+        self.base_queue: list[tuple[str, int, Any]] = []  # base fine-tunes of opened groups not handed to Ray yet
         self.coming: set[str] = set()  # keys of this run's cells that have not returned yet
         self.outputs: dict[str, tuple[Any, Any]] = {}  # key -> (Outcome ref, PruneState ref) of returned cells
         self.data_refs: dict[str, tuple[Any, Any]] = {}  # task -> (TaskData, its object ref)
@@ -180,6 +185,7 @@ class _Driver:
                 self.ray.get(self.board.stop.remote())
                 next_group = len(self.groups)
                 self.queue = [q for q in self.queue if q.condition == OWN and self._reused(q)]
+                self.base_queue = []
             while next_group < len(self.groups) and len(self.open_groups) < self.window:
                 self._open_group(*self.groups[next_group])
                 next_group += 1
@@ -202,7 +208,7 @@ class _Driver:
 
     def _open_group(self, spec, seed: int) -> None:
         """Queue the cells to do of (task, seed); its base model: the cached folder's, or a Ray task that trains
-        it (submitted now: it takes a slot)."""
+        it (queued: :meth:`_dispatch` submits it into the next free slot, before any cell)."""
         _, data_ref = self._data(spec)
         folder = self.runner.base_folder(spec.name, seed)
         if (folder / "config.json").exists():
@@ -211,8 +217,7 @@ class _Driver:
             cpu_work = dataclasses.replace(self.work, device=torch.device("cpu"))
             self.bases[(spec.name, seed)] = self.ray.put((ModelParcel.pack(cpu_work.load_base(folder)), None))
         else:
-            ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
-            self.pending[ref] = _Pending("base", spec.name, seed, key=f"base|{spec.name}|{seed}")
+            self.base_queue.append((spec.name, seed, data_ref))
         work, setter = self.work, self.work.setter()
         count = 0
         for order, (task, s, method, condition) in enumerate(self.planned):
@@ -244,7 +249,12 @@ class _Driver:
         return (not reused, -(math.inf if estimate is None else estimate), q.order)
 
     def _dispatch(self) -> None:
-        """Submit the best ready cells while fewer tasks than slots are running."""
+        """Submit the queued base fine-tunes, then the best ready cells, while fewer tasks than slots are running
+        (the driver holds that limit, not Ray: module docstring)."""
+        while self.base_queue and len(self.pending) < self.slots:
+            task, seed, data_ref = self.base_queue.pop(0)
+            ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
+            self.pending[ref] = _Pending("base", task, seed, key=f"base|{task}|{seed}")
         while len(self.pending) < self.slots:
             ready = [q for q in self.queue
                      if (q.task, q.seed) in self.bases and not any(k in self.coming for k in q.needs)]

@@ -361,10 +361,23 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
 
 
 def test_a_cell_reusing_a_prune_step_of_this_run_starts_before_cells_that_were_ready_earlier(ray_address, glue_dir,
-                                                                                             tmp_path):
+                                                                                             tmp_path, monkeypatch):
     """The driver's order: when a method's prune step returns, its own-fine-tuning cell (which holds that step's
     weights in memory) starts before the other seeds' cells, ready long before; Ray's own order would run those
-    first and keep the weights waiting (a stop or a session's end then loses them)."""
+    first and keep the weights waiting (a stop or a session's end then loses them).
+
+    And the driver never hands Ray more tasks than its slots, base fine-tunes included: three seeds open at once
+    (a window of slots + 1), and Ray would run a third base fine-tune beside two others, since every task blocks
+    in ``ray.get`` (the status board) and lends its CPU meanwhile. The driver waits on everything it handed Ray,
+    so the longest list it waits on is that count."""
+    waited: list[int] = []
+    real_wait = ray.wait
+
+    def counting_wait(refs, *args, **kwargs):
+        waited.append(len(refs))
+        return real_wait(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", counting_wait)
     out = tmp_path / "run"
     res = _bench(["--preset", "smoke", "--methods", "test-slow-retrainer,random", "--tasks", "wnli", "--seeds", "3",
                   "--budget", "heads:10", "--device", "cpu", "--no-progress", "--no-report", "--workers", "2",
@@ -381,3 +394,4 @@ def test_a_cell_reusing_a_prune_step_of_this_run_starts_before_cells_that_were_r
             between = [(r["seed"], r["method"], r["condition"]) for r in records
                        if r["method"] != "test-slow-retrainer" and step_done <= r["started_at"] < started]
             assert len(between) <= 1, (seed, condition, between)
+    assert waited and max(waited) == 2, waited  # 2 workers: never 3 (three base fine-tunes at once before)
