@@ -296,7 +296,7 @@ def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_only_own_weights_
     assert json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["to_do"] == waiting
 
 
-@pytest.mark.parametrize("workers", [None, 2], ids=["serial", "ray"])
+@pytest.mark.parametrize("workers", [pytest.param(None, marks=pytest.mark.slow), 2], ids=["serial", "ray"])  # serial: -m slow (CI time)
 def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_dir, tmp_path):
     """Seed 0 runs whole; its random prune+recover record is then made to say 10^6 s. Seed 1 under --time-limit
     10m: every cell runs but that one (its estimate does not fit), the run exits 75 with 1 cell not run and no
