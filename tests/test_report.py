@@ -250,6 +250,11 @@ def test_an_option_set_replaced_in_one_folder_is_still_current_in_another(tmp_pa
     assert [(r.task, r.seed, r.status) for r in missing.itertuples()] == [("rte", 0, "failed")]
     walls = cells.wall_per_seed(data)
     assert math.isnan(walls.loc["total", "rte/s0"])
+    # the same key in two folders: replaced in P, current in R (which failed it): R's failure is listed
+    r = write_run(tmp_path / "r", [], [dict(failure, cell=old[0]["cell"], task="mrpc")])
+    (r / "runs.jsonl").write_text(json.dumps({"cells": [old[0]["cell"]]}) + "\n")
+    missing = cells.missing_frame(load_runs([p, r]))
+    assert [(m.task, m.seed, m.status) for m in missing.itertuples()] == [("mrpc", 0, "failed")]
     assert walls.loc["total", "rte/s1"] == pytest.approx(sum(r["cost"]["wall_s"] for r in q_records + q_old
                                                              if r["seed"] == 1), abs=5e-4)
 

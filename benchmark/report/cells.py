@@ -50,21 +50,22 @@ def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
     # planned by a command run with other method options (e.g. before a preset's sizing changed)
     present_cells = {without_opts(parse_key(r.cell)) for r in data.records}
     failed = {f.get("cell"): f for f in data.failures}
-    rows, seen = [], set()
+    rows, seen, replaced_somewhere = [], set(), set()
     for folder, keys in data.planned.items():
         replaced = data.superseded.get(folder, set())
         for text in keys:
             key = parse_key(text)
             if text in present or text in seen or key is None:
                 continue
-            seen.add(text)
             if text in replaced:  # a later run into this folder planned the cell with other options: not to do
+                replaced_somewhere.add(text)  # (another folder may still plan it as its current option set)
                 continue
+            seen.add(text)
             f = failed.get(text)
             status = "failed" if f else OTHER_OPTIONS if without_opts(key) in present_cells else "missing"
             rows.append(_missing_row(key, status, (f or {}).get("error", "")))
     for text, f in failed.items():
-        if text not in seen and text not in present:
+        if text not in seen and text not in present and text not in replaced_somewhere:
             rows.append(_missing_row(_failure_key(f), "failed", f.get("error", "")))
     return rows
 
@@ -133,8 +134,7 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
     history cost; one worker's seconds: with ``--workers N`` the wall clock is about 1/N of it), NaN for a (task,
     seed) that is not complete: a planned cell of it is missing, failed, or not yet run under its planned options
     in ``missing`` (:func:`missing_frame`, computed when not given), or its base fine-tune's time is unknown while
-    other columns know theirs. Those two rows are rounded to milliseconds, as
-    the records' own times are."""
+    other columns know theirs. Those two rows are rounded to milliseconds, as the records' own times are."""
     df = data.frame
     if df.empty:
         return pd.DataFrame()

@@ -58,7 +58,7 @@ def _pairwise_lines(r: GroupResult) -> list[str]:
     if not r.pairwise:
         return []
     m = sum(1 for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
-    controls = sum(1 for c in r.pairwise if c.tested and not c.in_family and np.isfinite(c.all.stats.p_exact))
+    controls = sum(1 for c in r.pairwise if c.tested and not c.in_family)
     outside = f" ({controls} pair(s) with a null-reward control give their exact p outside it)" if controls else ""
     return [f"**{task_label(r.task)} pairwise** (every pair of pruned rows, row − minus, paired by seed; exact "
             f"sign-flip p, Holm over the {m} tested pair(s) of this table{outside}; a pair whose head counts differ "
@@ -141,8 +141,9 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
                  "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the base "
                  "model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. \"total\": "
                  "the sum of the rows above but for cells computed under an option set that a later `bench run` "
-                 "replaced (one worker's seconds; with `--workers N` the wall clock is about 1/N of it); — for a (task, seed) with a planned cell missing or failed, or without its base fine-tune's "
-                 "time. CSV: `wall_per_seed.csv`.\n"]
+                 "replaced (one worker's seconds; with `--workers N` the wall clock is about 1/N of it); — for a "
+                 "(task, seed) with a planned cell missing, failed or not yet run under its planned options, or "
+                 "without its base fine-tune's time. CSV: `wall_per_seed.csv`.\n"]
 
 
 def missing_section(missing: pd.DataFrame, planned: bool) -> list[str]:
