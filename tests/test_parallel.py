@@ -257,7 +257,7 @@ def test_every_method_on_glue_small_equals_the_serial_run(ray_address, glue_dir,
     assert stable(records) == stable(RecordStore(tmp_path / "serial").records())
 
 
-@pytest.mark.parametrize("workers", [None, 2], ids=["serial", "ray"])
+@pytest.mark.parametrize("workers", [pytest.param(None, marks=pytest.mark.slow), 2], ids=["serial", "ray"])  # serial: -m slow (CI time)
 def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_only_own_weights_computed(workers, ray_address,
                                                                                       glue_dir, tmp_path):
     """A stop requested while a cell runs (its method presses Ctrl-C on this process, then finishes, returning its
