@@ -564,6 +564,45 @@ def test_null_reward_control_rows_give_exact_p_outside_every_holm_family(tmp_pat
     assert set(cf[cf.method == "auber-null"].in_family) == {False} and cf[cf.method == "auber-null"].p_holm.isna().all()
 
 
+def test_a_superseded_row_stays_shown_but_out_of_every_holm_family(tmp_path):
+    """results/quick-protocol2: one MRPC seed kept a Voita record of an option set a later run replaced. Its row
+    (n = 1) stays in the tables, but its comparisons give their exact p outside the Holm families, so every
+    in-family p (vs rows and pairwise) equals the one of the same folder without that record."""
+    records = make_records(tasks=("rte",), seeds=tuple(range(6)), conditions=("prune-only", "prune+recover"),
+                           methods={"original": ["none"], "random": ["fraction:0.5"], "michel": ["fraction:0.5"],
+                                    "voita": ["fraction:0.5"]})
+    old = [dict(r, cell=r["cell"].replace("opts=abc123", "opts=old999"), method_options={"v": 1})
+           for r in records if r["method"] == "voita" and r["seed"] == 1]
+    plans = [{"cells": [r["cell"] for r in old]}, {"cells": [r["cell"] for r in records]}]
+    runs = {}
+    for name, recs in (("with", records + old), ("without", records)):
+        runs[name] = write_run(tmp_path / name, recs)
+        (runs[name] / "runs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in plans))
+    data = load_runs([runs["with"]])
+    assert data.superseded_records == {r["cell"] for r in old}
+    got = analyse(data, n_boot=200, n_boot_examples=50)
+    want = analyse(load_runs([runs["without"]]), n_boot=200, n_boot_examples=50)
+    assert [r.group for r in got] == [r.group for r in want]
+    for r, w in zip(got, want):
+        (row,) = r.superseded
+        assert row.name == "voita" and row.opts == "old999" and r.unit_stats[row].n == 1 and not w.superseded
+        outside = [c for c in (*r.comparisons, *r.pairwise) if row in (c.target, c.reference)]
+        assert outside and all(c.outside_family == "superseded" and np.isnan(c.all.p_holm) for c in outside)
+        assert any(c.tested and np.isfinite(c.all.stats.p_exact) for c in outside)
+        name = lambda u: u.label.replace(" opts=abc123", "")  # noqa: E731 (the hash shows where two sets ran)
+        for family, wanted in ((r.comparisons, w.comparisons), (r.pairwise, w.pairwise)):
+            inside = {(name(c.target), name(c.reference)): c.all.p_holm for c in family if c.in_family}
+            assert inside == {(name(c.target), name(c.reference)): c.all.p_holm for c in wanted}
+    build_report([runs["with"]], plots=False, echo=False, n_boot=200, n_boot_examples=50)
+    md = (runs["with"] / "report" / "report.md").read_text()
+    assert "superseded, exact" in md and "Superseded rows (voita opts=old999)" in md
+    assert "1 pair(s) with a superseded row give their exact p outside it" not in md  # 3 pruned rows beside it
+    assert "3 pair(s) with a superseded row give their exact p outside it" in md
+    cf = pd.read_csv(runs["with"] / "report" / "comparisons.csv", keep_default_na=False, na_values=[""])
+    old_rows = cf[cf.opts == "old999"]
+    assert not old_rows.empty and set(old_rows.outside_family) == {"superseded"} and old_rows.p_holm.isna().all()
+
+
 def test_a_task_whose_every_seed_is_a_base_failure_claims_no_pairwise_p(tmp_path):
     """WNLI in results/quick-protocol2: every base model failed, so no pair has a seed; the pairwise note must not
     say that the null-reward control's pairs give an exact p (they have none)."""

@@ -24,6 +24,10 @@ Choices where the issue is silent:
   AUBER's; no claim is made about their scores, so their comparisons keep their exact p but stay out of every Holm
   family (:attr:`Comparison.in_family`): a control must not make the tests of the methods weaker (with 10 seeds
   the smallest exact p is 2/1024, and each comparison in a family multiplies it).
+* Superseded rows (:attr:`GroupResult.superseded`): a row whose every record ran under an option set that a later
+  ``bench run`` into its folder replaced (a method's options changed mid-run, and its cells ran again) stays in the
+  tables, but its comparisons, like a null control's, give their exact p outside every Holm family: the family
+  holds the experiment as it now stands, and a left-over row of one or two seeds must not weaken it.
 """
 from __future__ import annotations
 
@@ -56,6 +60,9 @@ ALPHA = 0.05
 NULL_CONTROLS = {"auber": "auber-null"}
 """A method whose head count the report prints beside its null-reward control's (protocol: AUBER sized so that its
 count means something); the controls' comparisons are outside the Holm families."""
+NULL_CONTROL = "null control"
+SUPERSEDED = "superseded"
+"""The two reasons (:attr:`Comparison.outside_family`) a test stays out of its Holm family."""
 
 
 @dataclass
@@ -152,8 +159,10 @@ class Comparison:
     ``control``, ...) or ``"pair"`` (pairwise, ``against="all"``); ``bad`` flags per common seed the pairs with a
     degenerate side, left out of the ``survivors`` view (``n_excluded`` of them); ``count_mismatch`` the common
     seeds on which both rows pruned heads but not the same number (then the comparison is not a test: its
-    p-values stay NaN and it is not in a Holm family); ``in_family`` False for a comparison with a null-reward
-    control (:data:`NULL_CONTROLS`): a test with its exact p, outside the Holm family (``p_holm`` NaN)."""
+    p-values stay NaN and it is not in a Holm family); ``outside_family`` says why a test gives its exact p
+    outside the Holm family (``p_holm`` NaN): :data:`NULL_CONTROL` (a side is a null-reward control,
+    :data:`NULL_CONTROLS`) or :data:`SUPERSEDED` (a side's every record ran under an option set that a later run
+    into its folder replaced, ``RunData.superseded_records``); empty for a comparison in the family."""
 
     target: Unit
     reference: Unit
@@ -164,7 +173,12 @@ class Comparison:
     all: SeedView
     survivors: SeedView
     count_mismatch: list[int] = field(default_factory=list)
-    in_family: bool = True
+    outside_family: str = ""
+
+    @property
+    def in_family(self) -> bool:
+        """Whether the comparison belongs to its table's Holm family (``outside_family`` empty)."""
+        return not self.outside_family
 
     @property
     def tested(self) -> bool:
@@ -181,8 +195,9 @@ class GroupResult:
     """Statistics of one (task, condition group) table: its rows (``units``, table order), each row's
     :class:`UnitStats`, its "vs" comparisons (one Holm family) and its ``pairwise`` comparisons (another).
     ``majority`` in percent points; ``heads_total`` the model's head count; ``seeds`` the seeds in the statistics;
-    ``base_failed_seeds`` the seeds left out because the base model failed (protocol.md §6), and ``failed_scores``
-    what each row scored on them (percent points; shown apart, in no statistic)."""
+    ``base_failed_seeds`` the seeds left out because the base model failed (protocol.md §6), ``failed_scores``
+    what each row scored on them (percent points; shown apart, in no statistic), and ``superseded`` the rows whose
+    every record ran under a replaced option set (their comparisons outside the Holm families)."""
 
     task: str
     group: str
@@ -196,6 +211,7 @@ class GroupResult:
     pairwise: list[Comparison] = field(default_factory=list)
     base_failed_seeds: list[int] = field(default_factory=list)
     failed_scores: dict[Unit, dict[int, float]] = field(default_factory=dict)
+    superseded: list[Unit] = field(default_factory=list)
 
     @property
     def references(self) -> list[str]:
@@ -410,9 +426,9 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
                                      for t, r, k in pairs]
             comparisons = compare(comparison_pairs(units, group, against))
             pairwise = [] if against == "all" else compare(pairwise_pairs(units))
-            controls = set(NULL_CONTROLS.values())
-            for c in (*comparisons, *pairwise):  # a null-reward control's comparisons: exact p, no Holm family
-                c.in_family = c.target.name not in controls and c.reference.name not in controls
+            superseded = _superseded_units(data, gdf)
+            for c in (*comparisons, *pairwise):
+                c.outside_family = _outside_family(c, superseded)
             _holm(comparisons)
             _holm(pairwise)
             results.append(GroupResult(
@@ -421,5 +437,22 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
                 units=units, unit_stats={u: unit_stats(kept[kept.unit == u].sort_values("seed")) for u in units},
                 comparisons=comparisons, pairwise=pairwise,
                 base_failed_seeds=sorted(set(failed) & {int(s) for s in gdf.seed.unique()}),
-                failed_scores=_scores_of(gdf[gdf.seed.isin(failed)])))
+                failed_scores=_scores_of(gdf[gdf.seed.isin(failed)]),
+                superseded=[u for u in units if u in superseded]))
     return results
+
+
+def _superseded_units(data: RunData, frame: pd.DataFrame) -> set[Unit]:
+    """The units of ``frame`` (rows of ``data.frame``) whose every record is in ``data.superseded_records``."""
+    return {u for u, g in frame.groupby("unit", sort=False)
+            if all(data.records[int(i)].cell in data.superseded_records for i in g.rec)}
+
+
+def _outside_family(c: Comparison, superseded: set[Unit]) -> str:
+    """Why ``c`` stays out of its Holm family (:attr:`Comparison.outside_family`), or "" when it does not."""
+    controls = set(NULL_CONTROLS.values())
+    if c.target.name in controls or c.reference.name in controls:
+        return NULL_CONTROL
+    if c.target in superseded or c.reference in superseded:
+        return SUPERSEDED
+    return ""

@@ -13,7 +13,7 @@ import pandas as pd
 from benchmark import stats
 from benchmark.records import PRUNE_ONLY
 from benchmark.report import tables
-from benchmark.report.analysis import GroupResult
+from benchmark.report.analysis import NULL_CONTROL, SUPERSEDED, GroupResult
 from benchmark.report.cells import OTHER_OPTIONS
 from benchmark.report.crosstask import CrossTaskSummary
 from benchmark.report.load import RunData
@@ -58,8 +58,9 @@ def _pairwise_lines(r: GroupResult) -> list[str]:
     if not r.pairwise:
         return []
     m = sum(1 for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
-    controls = sum(1 for c in r.pairwise if c.tested and not c.in_family)
-    outside = f" ({controls} pair(s) with a null-reward control give their exact p outside it)" if controls else ""
+    outside = ", ".join(f"{n} pair(s) with a {why} row" for why in (NULL_CONTROL, SUPERSEDED)
+                        if (n := sum(1 for c in r.pairwise if c.tested and c.outside_family == why)))
+    outside = f" ({outside} give their exact p outside it)" if outside else ""
     return [f"**{task_label(r.task)} pairwise** (every pair of pruned rows, row − minus, paired by seed; exact "
             f"sign-flip p, Holm over the {m} tested pair(s) of this table{outside}; a pair whose head counts differ "
             "on some seed is not a test, protocol.md §3; * Holm p < .05):\n", tables.md_table(tables.pairwise_table(r)),

@@ -13,8 +13,8 @@ import pandas as pd
 
 from benchmark import stats
 from benchmark.records import CONTROL, CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER, WEIGHTS
-from benchmark.report.analysis import (ALPHA, DEFAULT_AGAINST, NULL_CONTROLS, VIEWS, Comparison, GroupResult,
-                                      UnitStats)
+from benchmark.report.analysis import (ALPHA, DEFAULT_AGAINST, NULL_CONTROL, NULL_CONTROLS, SUPERSEDED, VIEWS,
+                                      Comparison, GroupResult, UnitStats)
 from benchmark.report.crosstask import CrossTaskSummary
 from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
 
@@ -142,13 +142,14 @@ WEIGHTS_LABEL = {"base": "base", "base+recovery": "base + recovery", "own": "own
 
 def _p_cell(c: Comparison, which: str) -> str:
     """The Holm p of a comparison, or why there is none (no paired seed; different head counts on some seed; a
-    null-reward control, outside the family: its exact p instead)."""
+    null-reward control or a superseded row, outside the family: its exact p instead)."""
     if not c.seeds:
         return "—"
     if not c.tested:
         return f"counts differ ({len(c.count_mismatch)}/{len(c.seeds)} seeds)"
     if not c.in_family:
-        return f"null control, exact {p_text(c.view(which).stats.p_exact)}"
+        p = c.view(which).stats.p_exact
+        return f"{c.outside_family}, exact {p_text(p)}" if np.isfinite(p) else "—"
     return p_text(c.view(which).p_holm)
 
 
@@ -261,10 +262,16 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
     if (np.isfinite(hmin) and hmin >= ALPHA) or pmin >= ALPHA:
         line += f" **No comparison here can reach p < {ALPHA:g} with these seeds**; run more seeds (paper preset: 10)."
     notes.append(line)
-    if any(not c.in_family for c in (*r.comparisons, *r.pairwise)):
+    outside = {c.outside_family for c in (*r.comparisons, *r.pairwise)}
+    if NULL_CONTROL in outside:
         notes.append("Rows of a null-reward control (" + ", ".join(sorted(NULL_CONTROLS.values())) + ") show their "
                      "head count beside the method's; their comparisons give the exact p and stay out of the Holm "
                      "family: no claim is made about their scores.")
+    if SUPERSEDED in outside:
+        notes.append("Superseded rows (" + ", ".join(u.row_name for u in r.superseded) + "): every record of the "
+                     "row ran under an option set that a later run into its folder replaced; their comparisons "
+                     "give the exact p and stay out of the Holm family, which holds the experiment as it now "
+                     "stands (the report's \"Option sets\" table gives each set's options).")
     if r.references:
         notes.append("Markers (Holm p < .05): " + ", ".join(f"{marker(k)} vs {k}" for k in r.references) +
                      ". Δ in percent points (MCC × 100), 95% percentile bootstrap CI over seeds.")
@@ -281,7 +288,8 @@ def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]
             "condition": c.target.condition, "opts": c.target.opts or "", "vs": c.reference.label,
             "kind": c.kind, "seeds": "all" if which == "all" else "survivors",
             "n": s.n, "n_excluded": c.n_excluded if which == "survivors" else 0,
-            "tested": c.tested, "in_family": c.in_family, "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
+            "tested": c.tested, "in_family": c.in_family, "outside_family": c.outside_family,
+            "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
             "mean_a": s.mean_a, "mean_b": s.mean_b, "mean_diff": s.mean_diff, "sd_diff": s.sd_diff,
             "ci_low": s.ci_low, "ci_high": s.ci_high, "ci2_low": two.low, "ci2_high": two.high,
             "p_exact": s.p_exact, "p_holm": v.p_holm, "significant": bool(np.isfinite(v.p_holm) and v.p_holm < ALPHA),

@@ -78,7 +78,8 @@ def main(report: Path) -> None:
             tested = tested[tested.in_family.astype(str) == "True"]
         hits = tested[tested.p_holm < 0.05]
         print(f"\nPairwise ({task}): {len(tested)} pairs with equal head counts in the Holm family, "
-              f"{len(pairs) - len(tested)} others (counts differ, or a null-reward control); smallest exact p {p_text(tested.p_exact.min())}, Holm p < .05: "
+              f"{len(pairs) - len(tested)} others (counts differ, or outside the family: a null-reward control or "
+              f"a superseded row); smallest exact p {p_text(tested.p_exact.min())}, Holm p < .05: "
               + (", ".join(f"{label(r, budgets, opts)} vs {r.vs} ({fmt(r.mean_diff)}, p Holm {p_text(r.p_holm)})"
                            for r in hits.itertuples()) or "none"))
 
