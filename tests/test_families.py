@@ -146,11 +146,20 @@ def test_mask_equals_zeroed_values_equals_removal(family, overrides, impl):
 def test_save_and_load_a_pruned_model_of_each_family(family, tmp_path):
     model, inputs, mask = _model(family, {}), _inputs(family), _mask()
     reference = _outputs(model, inputs, mask)
-    save_pruned(remove_heads(copy.deepcopy(model), mask), tmp_path)
+    removed = remove_heads(copy.deepcopy(model), mask)
+    save_pruned(removed, tmp_path)
     loaded = load_pruned(tmp_path)
     assert type(loaded) is type(model)
-    assert torch.equal(_outputs(loaded, inputs), _outputs(remove_heads(copy.deepcopy(model), mask), inputs))
+    # Exact where exactness is machine-independent: every tensor of the state dict is bit-identical. The outputs
+    # agree within rounding, not bit for bit: the loaded weights are views into the memory-mapped safetensors file,
+    # at other alignments than the in-memory model's, and MKL may round differently for differently aligned
+    # operands (measured on an AMD EPYC: 2.2e-16 in float64 for BERT and ELECTRA; bit-identical once the loaded
+    # weights are copied to freshly allocated memory). See also test_heads.assert_same_weights_and_outputs.
+    assert loaded.state_dict().keys() == removed.state_dict().keys()
+    for key, value in removed.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), f"{family}: {key}"
     tol = rounding_tolerance(reference, _terms(model.config, family, inputs["input_ids"].shape[1]))
+    assert_within(_outputs(loaded, inputs), _outputs(removed, inputs), tol, f"{family}: loaded vs removed")
     assert_within(_outputs(loaded, inputs), reference, tol, f"{family}: loaded vs masked")
 
 
