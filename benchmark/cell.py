@@ -99,6 +99,10 @@ class SeedBench:
     precision: str = "fp32"
     base_failed: bool | None = None
     """Whether the base model is degenerate on dev, when the runner had to evaluate it itself (else None)."""
+    base_checked: bool = False
+    """Whether :meth:`CellWork.base_check <benchmark.cell_work.CellWork.base_check>` has run on this bench."""
+    base_differs: int | None = None
+    """Its count: dev predictions of the base model that differ from the stored original record (None: unchecked)."""
     layout: Any = field(init=False)
 
     def __post_init__(self) -> None:

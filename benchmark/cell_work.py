@@ -23,13 +23,36 @@ from benchmark import cell, models, tasks, training
 from benchmark.cell import SeedBench, TaskData, train_splits
 from benchmark.config import ConfigError
 from benchmark.provenance import now_utc
-from benchmark.records import NO_BUDGET, ORIGINAL, OWN, OWN_BUDGET, RECOVER, BudgetInfo, CellKey, Cost, Record
+from benchmark.records import (BASE_DIFFERS, NO_BUDGET, ORIGINAL, OWN, OWN_BUDGET, RECOVER, BudgetInfo, CellKey,
+                               Cost, Record)
 from benchmark.run_config import RunConfig
 from benchmark.run_folder import RunFolderError
 from benchmark.training import Counter
 from methods.base import HeadPruner, PruningResult, apply_layer_floor
 
 log = logging.getLogger("benchmark")
+
+
+def base_differs_message(task: str, seed: int, differ: int, total: int) -> str:
+    """What a run says (stderr and ``run.log``) when :meth:`CellWork.base_check` counts ``differ`` > 0."""
+    return (f"{task} seed {seed}: the base model predicts {differ} of {total} dev examples otherwise than the stored "
+            f"original record of this (task, seed), so it is not the model the folder's earlier records of that "
+            f"seed evaluated (fine-tuned again on another machine, or DIR/base/ replaced; one or two could also be "
+            f"predictions within rounding of a tie, on another device or thread count); the cells computed now "
+            f"say so in their records (trace.{BASE_DIFFERS}) and bench report warns. To compare like with like, "
+            f"restore the base model those records used, or move that (task, seed)'s records aside and rerun")
+
+
+def warn_other_base(record: Record, warned: set[tuple[str, int]]) -> None:
+    """Warn (stderr, and ``run.log`` through the logger) when ``record`` carries :data:`BASE_DIFFERS`
+    (:meth:`CellWork.finish`), once per (task, seed) of ``warned``, which it updates."""
+    differ = record.trace.get(BASE_DIFFERS)
+    if not differ or (record.task, record.seed) in warned:
+        return
+    warned.add((record.task, record.seed))
+    message = base_differs_message(record.task, record.seed, int(differ), len(record.predictions))
+    log.warning("%s", message)
+    warnings.warn(message, stacklevel=2)
 
 
 def floor_suffix(cfg: RunConfig) -> str:
@@ -196,6 +219,33 @@ class CellWork:
                                  f"delete that folder and rerun to fine-tune it again") from exc
         return model.to(self.device).eval()
 
+    def base_check(self, bench: SeedBench, original_record: dict[str, Any] | None) -> int | None:
+        """How many dev predictions of ``bench``'s base model differ from those of ``original_record``, the stored
+        ``original`` prune-only record of its (task, seed); None when there is none (or it holds no predictions).
+        Computed once per ``bench`` (:attr:`SeedBench.base_differs`).
+
+        A resumed run loads the cached base model, or fine-tunes it again where ``DIR/base/`` is gone (a clean clone,
+        another machine), while the folder's records evaluated the first one. Records hold no weights: predicting
+        the whole dev set as that record says is the check a run can make. The fine-tune is seeded, so on the same
+        thread count it gives the same model again (0 differ). One dev evaluation of the base model where the cell
+        runs (its device, precision and threads, as the original cell's; another device or thread count may flip a
+        prediction within rounding of a tie), counted in no cell's cost. A check that raises is logged and counts
+        as None: it must not lose the cell's record.
+        """
+        if original_record is None or not original_record.get("predictions"):
+            return None
+        if not bench.base_checked:
+            bench.base_checked = True
+            stored = [int(p) for p in original_record["predictions"]]
+            try:
+                now = [int(p) for p in cell.evaluate_on_dev(bench, bench.base, None, Counter()).predictions]
+            except Exception as exc:  # noqa: BLE001 - an advisory check; the record it would mark is computed
+                log.warning("%s seed %d: the base model could not be checked against the stored original record "
+                            "(%s: %s)", bench.data.spec.name, bench.seed, type(exc).__name__, exc)
+                return None
+            bench.base_differs = sum(a != b for a, b in zip(now, stored)) + abs(len(now) - len(stored))
+        return bench.base_differs
+
     def seed_bench(self, data: TaskData, seed: int, base: torch.nn.Module, tokenizer) -> SeedBench:
         """The :class:`~benchmark.cell.SeedBench` of (``data``'s task, ``seed``) around the base model."""
         mini_train_idx, mini_dev_idx = train_splits(len(data.train), seed, self.cfg.preset.mini_dev_fraction)
@@ -325,9 +375,16 @@ class CellWork:
             bench.base_failed = bool(cell.evaluate_on_dev(bench, bench.base, None, Counter()).reasons)
         return bench.base_failed
 
-    def finish(self, record: Record, key: str, bench: SeedBench, original_record: dict[str, Any] | None) -> Record:
-        """``record`` with its planned ``key`` and ``base_failed`` set (see :meth:`base_failed`)."""
+    def finish(self, record: Record, key: str, bench: SeedBench, original_record: dict[str, Any] | None,
+               stored_original: bool = False) -> Record:
+        """``record`` with its planned ``key`` and ``base_failed`` set (see :meth:`base_failed`); when
+        ``original_record`` was stored by an earlier run (``stored_original``: a resumed (task, seed)), also
+        :data:`~benchmark.records.BASE_DIFFERS` in its trace if :meth:`base_check` counts differing predictions.
+        ``base_failed`` stays the stored record's: one flag per (task, seed), whatever its cells started from."""
         record.base_failed = self.base_failed(bench, original_record)
         record.cell = key
+        differ = self.base_check(bench, original_record) if stored_original else None
+        if differ:
+            record.trace = {**record.trace, BASE_DIFFERS: int(differ)}
         return record
 

@@ -7,7 +7,8 @@ outcome it takes have returned, and Ray places it where its CPUs (``--threads-pe
 * the base model of a (task, seed): one task per (task, seed) that has cells to do (trained once, however many
   cells wait for it), or the cached ``DIR/base/`` folder put into Ray's object store by this process;
 * the unpruned cell (``original``, prune-only) after the base model; every other cell of the (task, seed) takes its
-  record (for ``base_failed``, as the serial runner does);
+  record (for ``base_failed``, as the serial runner does; a record stored by an earlier run also for the check of
+  the base model, :meth:`CellWork.base_check <benchmark.cell_work.CellWork.base_check>`, warned about here);
 * with ``matched:METHOD``, every other method's cells after the setter's prune-only cell (they match its count),
   but a method that decides its own count (``auber-null``), which needs none (:meth:`CellWork.takes_setter`);
 * a ``prune+recover`` or ``own-fine-tuning`` cell after its method's prune-only cell, whose prune step it reuses;
@@ -45,7 +46,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from benchmark.cell_work import prunes_again
+from benchmark.cell_work import prunes_again, warn_other_base
 from benchmark.parallel_tasks import Outcome, remote_functions
 from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE
 from benchmark.run_folder import BASE_DIR
@@ -308,6 +309,7 @@ class _Driver:
             return
         if outcome.record is not None:
             self.runner.store.add(outcome.record)
+            warn_other_base(outcome.record, self.runner.warned_bases)
             self._learn("add_record", outcome.record_dict())
             self.todo.discard(pending.key)
             log.info("cell %s done (%.1f s)", pending.key, outcome.record.cost.wall_s)

@@ -146,7 +146,8 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     with _Capture(outcome, threads):
         bench = work.seed_bench(data, seed, unpack(base[0]).to(work.device), _tokenizer(work.cfg.model))
         record, state = work.run_cell(bench, method, condition, _record_of(setter), _unpacked(reuse), stored_prune)
-        outcome.record = work.finish(record, key, bench, _record_of(original))
+        resumed = isinstance(original, dict)  # stored by an earlier run; this run's original cell is an Outcome
+        outcome.record = work.finish(record, key, bench, _record_of(original), stored_original=resumed)
     return outcome, _state_on_cpu(state)
 
 

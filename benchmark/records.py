@@ -61,6 +61,11 @@ OWN_BUDGET = "own"
 NO_OPTIONS = "-"
 """Options hash of the unpruned model (it has no options)."""
 
+BASE_DIFFERS = "base_dev_predictions_differ"
+"""``Record.trace`` key of a cell computed on a base model that predicts ``N`` dev examples otherwise than the stored
+``original`` record of its (task, seed) (:meth:`CellWork.base_check <benchmark.cell_work.CellWork.base_check>`, a
+resumed run); absent when none differs or nothing was compared. ``bench report`` warns about such records."""
+
 METRIC_LABEL = {"accuracy": "acc", "matthews_correlation": "MCC", "f1": "F1"}
 """Short label of each GLUE metric in tables."""
 METRIC_AXIS = {"accuracy": "accuracy (%)", "matthews_correlation": "MCC × 100", "f1": "F1 (%)"}

@@ -4,7 +4,11 @@ the pruning context, prune, evaluate on the GLUE dev split and append one record
 Protocol: shared/reference/protocol.md. A *cell* is (task, seed, method, budget, condition); the base model of a
 (task, seed) is fine-tuned once on the (capped) train split, cached in ``DIR/base/`` and shared by every method,
 so comparisons are paired by seed. Methods see only the train-derived splits ``mini_train`` / ``mini_dev`` (a
-seeded ``mini_dev_fraction`` slice of the train split); the dev split is read only to report.
+seeded ``mini_dev_fraction`` slice of the train split); the dev split is read only to report. In a (task, seed) whose
+``original`` record an earlier run stored, each cell also checks that the base model it started from (loaded, or
+fine-tuned again) predicts the dev set as that record says (:meth:`CellWork.base_check
+<benchmark.cell_work.CellWork.base_check>`); when it does not, its record carries the count
+(``trace.base_dev_predictions_differ``) and the run warns once per (task, seed).
 
 Conditions (protocol §4): ``prune-only`` always (the mask on the base weights); with ``recover=True`` (the
 default) also ``prune+recover`` (the masked base model re-fine-tuned on mini-train with the same budget for every
@@ -43,7 +47,7 @@ from tqdm.auto import tqdm
 import methods
 from benchmark import models, tasks
 from benchmark.cell import SeedBench, TaskData, prepare_task
-from benchmark.cell_work import CellWork, PruneState, check_floor, floor_suffix, will_prune
+from benchmark.cell_work import CellWork, PruneState, check_floor, floor_suffix, warn_other_base, will_prune
 from benchmark.config import ConfigError, Experiment
 from benchmark.execution import resolve_execution
 from benchmark.provenance import _git_commit, _versions, data_hashes, now_utc, quiet_libraries
@@ -121,6 +125,7 @@ class Runner:
                              method_classes={m: methods.get_method_class(m) for m in self.method_names},
                              device=self.device)
         self.failures: list[dict[str, Any]] = []
+        self.warned_bases: set[tuple[str, int]] = set()  # (task, seed)s warned about (cell_work.warn_other_base)
         self.stop = StopRequest()  # replaced by run()'s, which the first SIGINT sets
         self.not_run = 0
         self.limit: TimeLimit | None = None  # run()'s, with --time-limit
@@ -267,6 +272,7 @@ class Runner:
                 return
         bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
+        resumed = self.store.get(original_key) is not None  # its cells check the base model against that record
         for task_name, _, method, condition in cells:
             key = self._key(task_name, seed, method, condition)
             if key not in todo:
@@ -287,8 +293,9 @@ class Runner:
                 self.record_failure(key, spec.name, seed, method, condition, f"{type(exc).__name__}: {exc}",
                                     traceback.format_exc())
             else:
-                record = self.work.finish(record, key, bench, self.store.get(original_key))
+                record = self.work.finish(record, key, bench, self.store.get(original_key), stored_original=resumed)
                 self.store.add(record)
+                warn_other_base(record, self.warned_bases)
                 todo.discard(key)
                 if self.limit is not None:  # the next seeds' cells are estimated from it
                     self.limit.times.add_record(record.to_dict())

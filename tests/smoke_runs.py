@@ -52,6 +52,19 @@ def stable(records) -> dict[str, dict[str, Any]]:
             for r in records}
 
 
+def negate_classifier(base: Path) -> None:
+    """Save the base model in the folder ``base`` with its classification layer negated: every logit changes sign,
+    so a two-class model predicts the other class for every example (a logit tie aside)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
+    with torch.no_grad():
+        model.classifier.weight.neg_()
+        model.classifier.bias.neg_()
+    model.save_pretrained(base)
+
+
 def kill_after_records(cmd: list[str], records: Path, n: int, timeout_s: float = 400, **popen: Any) -> int:
     """Start ``cmd`` (a ``bench run``) in its own process group, SIGKILL the group once ``records`` holds ``n``
     lines, and return how many lines it holds then; fails the test if the run ended before it could be killed."""

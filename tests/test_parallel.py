@@ -31,12 +31,12 @@ import parallel_methods
 from benchmark.cli import main
 from benchmark.config import ConfigError
 from benchmark.execution import resolve_execution
-from benchmark.records import Record
+from benchmark.records import BASE_DIFFERS, Record
 from benchmark.run_config import RAY_MISSING
 from benchmark.runner import Runner
 from benchmark.store import RecordStore
 from benchmark.time_limit import MARGIN, CellTimes
-from smoke_runs import kill_after_records, run_smoke, smoke_config, stable
+from smoke_runs import kill_after_records, negate_classifier, run_smoke, smoke_config, stable
 
 TESTS = Path(__file__).resolve().parent
 SETTER = parallel_methods.SlowSetter.name
@@ -116,6 +116,43 @@ def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run
     assert log_text.count("trained in") == 2  # one base fine-tune per (task, seed), though 8 cells wait for each
     assert log_text.count(f"{SETTER}: {parallel_methods.LOG_LINE}") == 2  # wnli and rte
     assert f"warning: {SETTER}: {parallel_methods.WARNING}" in res.output
+
+
+def test_cells_of_a_resumed_seed_check_its_base_model_against_the_stored_original_record(parallel_run, glue_dir,
+                                                                                          tmp_path):
+    """The random cells are to do again. RTE's base model is gone from DIR/base/ (a clean clone) and a worker
+    fine-tunes it again; its stored original record's 64 dev predictions are inverted, so each new RTE record says
+    64 differ iff the model fine-tuned again (seeded, one thread, as before) predicts as the first one did. WNLI's
+    cached base model has its classifier negated: all 64 of its predictions flip against the stored record. Each new
+    record carries its seed's count; the driver warns once per (task, seed) though two cells of each say so."""
+    out, res = parallel_run
+    assert res.exit_code == 0, res.output
+    folder = tmp_path / "copy"
+    shutil.copytree(out, folder)
+    kept = []
+    for line in (folder / "records.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["method"] == "original" and record["condition"] == "prune-only" and record["task"] == "rte":
+            record["predictions"] = [1 - p for p in record["predictions"]]
+        if record["method"] != "random":
+            kept.append(json.dumps(record) + "\n")
+    (folder / "records.jsonl").write_text("".join(kept))
+    for item in (folder / "base" / "rte-seed0").iterdir():
+        if item.name != "train_info.json":
+            shutil.rmtree(item) if item.is_dir() else item.unlink()
+    negate_classifier(folder / "base" / "wnli-seed0")
+    again = _bench([*CLI_RUN, "--workers", "2", "--data-dir", str(glue_dir), "--out", str(folder)])
+    assert again.exit_code == 0, again.output
+    redone = sorted((r["task"], r["condition"], r["trace"].get(BASE_DIFFERS))
+                    for r in RecordStore(folder).records() if r["method"] == "random")
+    assert redone == [("rte", "prune+recover", 64), ("rte", "prune-only", 64),
+                      ("wnli", "prune+recover", 64), ("wnli", "prune-only", 64)]
+    assert all(BASE_DIFFERS not in r["trace"] for r in RecordStore(folder).records() if r["method"] != "random")
+    log_text = (folder / "run.log").read_text()
+    assert log_text.count("rte-seed0 trained in") == 2  # the fixture's fine-tune (run.log was copied), then this one
+    assert log_text.count("dev examples otherwise than the stored original record") == 2
+    for task in ("rte", "wnli"):
+        assert f"{task} seed 0: the base model predicts 64 of 64 dev examples otherwise" in log_text
 
 
 def test_matched_cells_wait_for_their_setter(parallel_run):

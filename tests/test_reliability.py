@@ -28,6 +28,7 @@ from benchmark import tasks
 from benchmark.cli import main
 from benchmark.config import ConfigError, get_preset
 from benchmark.models import local_model_digest, model_revision
+from benchmark.records import BASE_DIFFERS
 from benchmark.report import ReportWarning, build_report
 from benchmark.runner import Runner
 from benchmark.store import REJECTED, RecordStore, append_jsonl, scan_jsonl
@@ -37,7 +38,7 @@ from methods.conformance import check_option_constraints
 from methods.registry import shipped_methods
 
 sys.path.insert(0, str(Path(__file__).parent))
-from smoke_runs import run_smoke, smoke_config, stable  # noqa: E402
+from smoke_runs import negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
 from test_report import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
 
 _config, _run, _stable = smoke_config, run_smoke, stable
@@ -561,7 +562,12 @@ def test_a_clone_holding_only_the_base_models_train_info_trains_it_again(smoke, 
     folder without a model, fine-tunes the base model again and saves it over that folder."""
     folder = tmp_path / "copy"
     shutil.copytree(smoke, folder)
-    (folder / "records.jsonl").write_text(_lines(folder / "records.jsonl")[0])  # the random cell is to do again
+    original = json.loads(_lines(folder / "records.jsonl")[0])
+    assert original["method"] == "original"
+    # the random cell is to do again; the stored original record's 64 dev predictions inverted, so that the check
+    # of the base model fine-tuned again against it can be seen: all 64 differ iff it predicts as the first one did
+    original["predictions"] = [1 - p for p in original["predictions"]]
+    (folder / "records.jsonl").write_text(json.dumps(original) + "\n")
     base = folder / "base" / "wnli-seed0"
     for item in base.iterdir():
         if item.name != "train_info.json":
@@ -575,7 +581,38 @@ def test_a_clone_holding_only_the_base_models_train_info_trains_it_again(smoke, 
     assert json.loads((base / "train_info.json").read_text()) != old_info  # written again (its own wall time)
     trained = [line for line in (folder / "run.log").read_text().splitlines() if "wnli-seed0 trained in" in line]
     assert len(trained) == 2  # the smoke run's fine-tune, then this one
-    assert {r["method"] for r in RecordStore(folder).records()} == {"original", "random"}
+    records = RecordStore(folder).records()
+    assert {r["method"] for r in records} == {"original", "random"}
+    # seeded, on the same thread count: the same model again, predicting every dev example as the first one did
+    assert [r["trace"].get(BASE_DIFFERS) for r in records[1:]] == [64, 64, 64]  # control, random's two cells
+
+
+def test_a_resumed_seed_on_another_base_model_is_warned_about_and_its_records_say_so(smoke, glue_dir, tmp_path):
+    """Every cell but the original is to do again (the CLI adds the control and random's prune+recover cell), and
+    the cached base model is no longer the one the stored original record evaluated (its classifier negated: all
+    64 dev predictions flip). The run says so once, before the cells run (stderr and run.log); each new record
+    carries the count in its trace, the stored original record is untouched, and bench report warns about the
+    seed."""
+    folder = tmp_path / "copy"
+    shutil.copytree(smoke, folder)
+    original = _lines(folder / "records.jsonl")[0]
+    assert json.loads(original)["method"] == "original" and len(json.loads(original)["predictions"]) == 64
+    (folder / "records.jsonl").write_text(original)
+    negate_classifier(folder / "base" / "wnli-seed0")
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+                                    "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress", "--no-report"])
+    assert res.exit_code == 0, res.output
+    said = "wnli seed 0: the base model predicts 64 of 64 dev examples otherwise than the stored original record"
+    assert said in res.output
+    assert sum(said in line for line in (folder / "run.log").read_text().splitlines()) == 1
+    records = RecordStore(folder).records()
+    assert sorted((r["method"], r["condition"]) for r in records[1:]) == [
+        ("original", "control"), ("random", "prune+recover"), ("random", "prune-only")]
+    assert [r["trace"].get(BASE_DIFFERS) for r in records[1:]] == [64, 64, 64]
+    assert _lines(folder / "records.jsonl")[0] == original
+    with pytest.warns(ReportWarning, match=r"wnli seed 0: 3 record\(s\) were computed on a base model that predicts "
+                                           r"64 dev example\(s\) otherwise than the seed's original record"):
+        build_report([folder], plots=False, echo=False, n_boot=100, n_boot_examples=20)
 
 
 def test_base_failed_comes_from_the_base_model_when_the_original_cell_failed(smoke, glue_dir, tmp_path, monkeypatch):

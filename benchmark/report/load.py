@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from benchmark.records import CONTROL, CONTROL_NAME, CellKey, Record
+from benchmark.records import BASE_DIFFERS, CONTROL, CONTROL_NAME, CellKey, Record
 from benchmark.report.units import Unit
 from benchmark.store import FAILURES, PLANS, RECORDS, REJECTED, BrokenLine, scan_jsonl
 
@@ -181,6 +181,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
             data.superseded_records |= {c for c in data.superseded[folder] if read_from.get(c) == folder}
     _warn_duplicates(data.duplicates, differing)
     _warn_mixed_experiments(data.records)
+    _warn_other_base_models(data.records)
     latest: dict[str, dict[str, Any]] = {}
     for f in failures:
         if f.get("cell") not in seen:
@@ -197,6 +198,23 @@ def _warn_mixed_experiments(records: list[Record]) -> None:
     if len(hashes) > 1:
         warn(f"the records come from {len(hashes)} different experiments (config hashes {', '.join(hashes)}: another "
              f"model, recipe, data cap or precision); rows of different experiments are compared as if they were one")
+
+
+def _warn_other_base_models(records: list[Record]) -> None:
+    """Warn about the records computed on a base model that predicts the dev set otherwise than the stored
+    ``original`` record of its (task, seed) (``trace.base_dev_predictions_differ``, written by a resumed run:
+    :meth:`CellWork.base_check <benchmark.cell_work.CellWork.base_check>`): the tables pair them with the
+    records of that seed as if every cell had started from one model."""
+    flagged: dict[tuple[str, int], list[Record]] = {}
+    for r in records:
+        if r.trace.get(BASE_DIFFERS):
+            flagged.setdefault((r.task, r.seed), []).append(r)
+    for (task, seed), rows in sorted(flagged.items()):
+        counts = sorted({int(r.trace[BASE_DIFFERS]) for r in rows})
+        warn(f"{task} seed {seed}: {len(rows)} record(s) were computed on a base model that predicts "
+             f"{'/'.join(map(str, counts))} dev example(s) otherwise than the seed's original record (a base model "
+             f"fine-tuned again, or DIR/base/ replaced, between sittings); they are compared with that seed's other "
+             f"records as if both started from one model")
 
 
 # --------------------------------------------------------------------------- records -> frame
