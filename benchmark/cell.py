@@ -102,7 +102,7 @@ class SeedBench:
     base_checked: bool = False
     """Whether :meth:`CellWork.base_check <benchmark.cell_work.CellWork.base_check>` has run on this bench."""
     base_differs: int | None = None
-    """Its count of dev predictions differing from the stored original record (None: unchecked or nothing to compare)."""
+    """Its count of dev predictions that differ from the stored original record (None: unchecked, or no comparison)."""
     layout: Any = field(init=False)
 
     def __post_init__(self) -> None:
