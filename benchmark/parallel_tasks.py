@@ -1,5 +1,5 @@
-"""What runs in Ray's processes for :mod:`benchmark.parallel`: the base fine-tune and cell tasks, what they return
-(:class:`Outcome`) and the status board actor they ask before they start (part of :mod:`benchmark.parallel`).
+"""What runs in Ray's processes for :mod:`benchmark.parallel` (part of it): the base fine-tune and cell tasks and
+what they return (:class:`Outcome`); each asks the status board (:mod:`benchmark.status_board`) before it starts.
 
 Workers never read or write the run folder: a task gets its inputs as arguments and returns its result (a model
 packed as :class:`~benchmark.transport.ModelParcel`), its log lines and warnings; the driver writes them.
@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmark.cell_work import will_prune
 from benchmark.records import Record
+from benchmark.status_board import StatusBoard
 from benchmark.stopping import starts_after_stop
 from benchmark.transport import ModelParcel, unpack
 
@@ -185,43 +186,10 @@ def _unpacked(state):
     return dataclasses.replace(state, result=dataclasses.replace(state.result, model=state.result.model.unpack()))
 
 
-class _StatusBoard:
-    """A Ray actor: what each worker is running (``key -> where``), for the driver's progress text, and whether
-    tasks may still start (not after :meth:`stop`; only those that fit ``limit``, the run's
-    :class:`~benchmark.time_limit.TimeLimit` or None)."""
-
-    def __init__(self, limit=None) -> None:
-        self.running: dict[str, str] = {}
-        self.stopping = False
-        self.limit = limit
-
-    def refusal(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
-        if self.stopping and not after_stop:
-            return "stop requested"
-        if self.limit is not None and cell is not None:
-            refusal = self.limit.base_refusal(cell[1]) if cell[0] == "base" else self.limit.cell_refusal(*cell)
-            if refusal is not None:
-                return refusal
-        self.running[key] = where
-        return None
-
-    def stop(self) -> None:
-        self.stopping = True
-
-    def learn(self, what: str, *args) -> None:
-        """Add a finished record or base fine-tune to the limit's estimates (``CellTimes.add_record`` or
-        ``CellTimes.add_base``)."""
-        if self.limit is not None:
-            getattr(self.limit.times, what)(*args)
-
-    def snapshot(self) -> dict[str, str]:
-        return dict(self.running)
-
-
 @functools.lru_cache(maxsize=1)
 def remote_functions():
     """The Ray remote functions and actor class (built on first use, so this module imports without Ray)."""
     import ray
 
     return (ray.remote(max_retries=0)(_base_task), ray.remote(max_retries=0, num_returns=2)(_cell_task),
-            ray.remote(num_cpus=0)(_StatusBoard))
+            ray.remote(num_cpus=0)(StatusBoard))

@@ -3,13 +3,15 @@ The runs that use it (serial and on Ray) are tested in test_parallel.py."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 from benchmark.cli import main
 from benchmark.config import ConfigError
-from benchmark.parallel_tasks import _StatusBoard
+from benchmark.status_board import StatusBoard
 from benchmark.time_limit import MARGIN, CellTimes, TimeLimit, parse_duration
 
 
@@ -177,7 +179,7 @@ def test_a_refusal_says_the_estimate_or_that_there_is_none():
 def test_the_ray_status_board_learns_what_the_driver_tells_it():
     """The board (a Ray actor in a run, a plain object here) holds the limit the workers ask; the driver tells it
     each record and base fine-tune as they return."""
-    board = _StatusBoard(TimeLimit.starting_now(100.0, CellTimes()))
+    board = StatusBoard(TimeLimit.starting_now(100.0, CellTimes()))
     cell = ("t", "m", "prune-only", True)
     assert board.refusal("t|seed=0|m", "pid 1", cell=cell) is None  # an empty folder: anything while time is left
     board.learn("add_record", _record("t", 0, "m", "prune-only", 500.0, 490.0))
@@ -188,3 +190,12 @@ def test_the_ray_status_board_learns_what_the_driver_tells_it():
     board.stop()
     assert board.refusal("t|seed=2|m", "pid 1", after_stop=False) == "stop requested"
     assert board.refusal("t|seed=2|m", "pid 1", after_stop=True) is None
+
+
+def test_the_status_board_module_imports_neither_torch_nor_transformers():
+    """Ray starts a fresh process for each run's board actor, which imports the board's module and, to unpickle
+    the run's limit, the time limit's: without torch it is ready in about a second, not the 5-20 s of importing
+    torch before the run's first task may start."""
+    code = "import sys, benchmark.status_board, benchmark.time_limit; print(sorted({'torch', 'transformers', 'ray'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
