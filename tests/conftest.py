@@ -10,6 +10,14 @@ import torch
 GLUE_ROOT = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "glue")
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist (``-n N``), each of the N test processes gets its share of the cores as torch threads:
+    N processes of all-core OpenMP pools would oversubscribe the machine (their threads spin waiting for cores)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
 @pytest.fixture(scope="session")
 def glue_dir() -> Path:
     if not GLUE_ROOT.is_dir():
