@@ -154,9 +154,9 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
 
 def _refusal(board, key: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
     """Why a task may not start its work (a stop was requested, unless ``after_stop``: it starts even then, see
-    :func:`~benchmark.stopping.starts_after_stop`; or it does not fit the run's ``--time-limit``, ``cell`` being
-    ``("base", task)`` or ``(task, method, condition, prunes)``), or None: it may, and the board shows it as running
-    here."""
+    :func:`~benchmark.stopping.starts_after_stop`, and past the time limit too; or it does not fit the run's
+    ``--time-limit``, ``cell`` being ``("base", task)`` or ``(task, method, condition, prunes)``), or None: it may,
+    and the board shows it as running here."""
     import ray
 
     return ray.get(board.refusal.remote(key, f"pid {os.getpid()}", after_stop, cell))

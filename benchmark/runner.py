@@ -278,9 +278,10 @@ class Runner:
             if key not in todo:
                 continue
             inputs = self._cell_inputs(bench, method, condition)
-            if self.stop.requested and not starts_after_stop(condition, inputs[1]):
+            holds_weights = starts_after_stop(condition, inputs[1])  # seconds now, else a prune step again later
+            if self.stop.requested and not holds_weights:
                 continue
-            if self.limit is not None:
+            if self.limit is not None and not holds_weights:
                 refusal = self.limit.cell_refusal(spec.name, method, condition,
                                                   will_prune(method, condition, *inputs[1:]))
                 if refusal is not None:

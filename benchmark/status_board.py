@@ -25,10 +25,11 @@ class StatusBoard:
     def refusal(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
         """Why the task ``key`` (running at ``where``, e.g. ``pid 123``) may not start, or None: it may, and the
         board shows it as running there. ``cell`` is ``("base", task)`` or ``(task, method, condition, prunes)``
-        for the time limit; ``after_stop`` lets it start after :meth:`stop`."""
+        for the time limit; ``after_stop`` lets it start after :meth:`stop` and past the time limit (an
+        ``own-fine-tuning`` cell holding its prune step's weights: :func:`~benchmark.stopping.starts_after_stop`)."""
         if self.stopping and not after_stop:
             return "stop requested"
-        if self.limit is not None and cell is not None:
+        if self.limit is not None and cell is not None and not after_stop:
             refusal = self.limit.base_refusal(cell[1]) if cell[0] == "base" else self.limit.cell_refusal(*cell)
             if refusal is not None:
                 return refusal

@@ -12,7 +12,8 @@ One kind of cell still starts after the first signal: an ``own-fine-tuning`` cel
 has computed (:func:`starts_after_stop`). It only evaluates the weights that prune step returned, which live in this
 run's memory alone: skipped, a later run would have to prune again for them (AUBER: half an hour of one CPU) to
 spend seconds on its dev set. Every other cell resumes from what is stored (a ``prune+recover`` cell recovers the
-stored prune-only mask).
+stored prune-only mask). For the same reason such a cell also starts past ``--time-limit``
+(:mod:`benchmark.time_limit`).
 """
 from __future__ import annotations
 

@@ -6,7 +6,11 @@ status board) asks :meth:`TimeLimit.cell_refusal` (:meth:`TimeLimit.base_refusal
 fine-tune); one that does not fit is not started (neither a record nor a failure: the next run computes it; the
 reason goes to ``run.log``), and shorter cells may still fill the time left.
 The run then ends with the cells left to do, like the first Ctrl-C (:mod:`benchmark.stopping`), and the same command
-resumes it.
+resumes it. As after a Ctrl-C, an ``own-fine-tuning`` cell whose prune step this run computed starts whatever the
+time left (:func:`~benchmark.stopping.starts_after_stop`): it evaluates weights held in this run's memory alone, in
+seconds, where a later run would prune again for them (on ``results/quick-protocol2`` a sitting refused two such
+cells, "expected 4 s x 1.25 > -328 s left", and a later sitting prunes again for them: AUBER's and auber-null's
+search, 3963 s and 4372 s on RTE).
 
 What a cell will take comes from the folder's finished cells of the same task, method and condition
 (:class:`CellTimes`), times :data:`MARGIN`; the run adds each record and base fine-tune it finishes, so the later

@@ -400,6 +400,10 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
     assert learned.exit_code == 75, learned.output
     done = {(r["seed"], r["method"], r["condition"]) for r in RecordStore(out).records()}
     assert (0, "test-slow-retrainer", "prune-only") in done and (1, "test-slow-retrainer", "prune-only") not in done
+    # seed 0's other cells, when its step returns: at most limit - S < 1.25 x S left, nothing estimates them; the
+    # prune+recover cell waits (the stored mask resumes it), the own-fine-tuning cell starts (its weights are only
+    # in this run's memory: refused, the next run would prune again for them)
+    assert (0, "test-slow-retrainer", "own-fine-tuning") in done and (0, "test-slow-retrainer", "prune+recover") not in done
     seed1 = next(line for line in (out / "run.log").read_text().splitlines()
                  if "seed=1|test-slow-retrainer|" in line and "|prune-only|" in line and "not started" in line)
     assert float(seed1.split("expected ")[1].split(" s")[0]) >= seconds, seed1

@@ -184,9 +184,14 @@ def test_the_ray_status_board_learns_what_the_driver_tells_it():
     assert board.refusal("t|seed=0|m", "pid 1", cell=cell) is None  # an empty folder: anything while time is left
     board.learn("add_record", _record("t", 0, "m", "prune-only", 500.0, 490.0))
     assert board.refusal("t|seed=1|m", "pid 1", cell=cell).startswith("time limit: expected 500 s")
+    own = ("t", "m", "own-fine-tuning", False)  # holding its prune step's weights: past the limit too
+    assert board.refusal("t|seed=0|m|own", "pid 1", cell=("t", "m", "prune-only", True), after_stop=True) is None
+    board.learn("add_record", _record("t", 0, "m", "own-fine-tuning", 400.0, 490.0))
+    assert board.refusal("t|seed=1|m|own", "pid 1", cell=own).startswith("time limit: expected")
+    assert board.refusal("t|seed=1|m|own", "pid 2", cell=own, after_stop=True) is None
     board.learn("add_base", "t", {"wall_s": 300.0, "examples": 100})
     assert board.refusal("base|t|1", "pid 1", cell=("base", "t")).startswith("time limit: expected 300 s")
-    assert board.snapshot() == {"t|seed=0|m": "pid 1"}
+    assert board.snapshot() == {"t|seed=0|m": "pid 1", "t|seed=0|m|own": "pid 1", "t|seed=1|m|own": "pid 2"}
     board.stop()
     assert board.refusal("t|seed=2|m", "pid 1", after_stop=False) == "stop requested"
     assert board.refusal("t|seed=2|m", "pid 1", after_stop=True) is None
