@@ -9,7 +9,7 @@ here beyond formatting, but one: with ``--counts``, AUBER's head count against i
 (auber-null), per (task, seed) of this folder's `records.jsonl` (prune-only cells, base failures left out, seeds
 below ``--seeds N``), and the exact two-sided sign test over the untied pairs (scipy's binomtest at 0.5).
 
-    python results/quick-protocol2/headline.py [REPORT_DIR] [--counts] [--seeds N]
+    python results/quick-protocol2/headline.py [REPORT_DIR] [--counts] [--seeds N] [--folder RUN_DIR]
 """
 from __future__ import annotations
 
@@ -115,7 +115,13 @@ if __name__ == "__main__":
     parser.add_argument("report", nargs="?", type=Path, default=Path(__file__).parent / "report")
     parser.add_argument("--counts", action="store_true", help="AUBER's count against auber-null's, with a sign test")
     parser.add_argument("--seeds", type=int, default=None, help="only seeds below N for --counts")
+    parser.add_argument("--folder", type=Path, default=None,
+                        help="the run folder whose records.jsonl --counts reads (default: REPORT_DIR's parent)")
     args = parser.parse_args()
+    folder = args.folder or args.report.parent
+    if args.counts and not (folder / "records.jsonl").is_file():
+        parser.error(f"--counts reads {folder / 'records.jsonl'}, which does not exist: give the run folder with "
+                     "--folder")
     main(args.report)
     if args.counts:
-        counts(args.report.parent, args.seeds)
+        counts(folder, args.seeds)
