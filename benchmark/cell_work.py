@@ -22,7 +22,7 @@ import torch
 from benchmark import cell, models, tasks, training
 from benchmark.cell import SeedBench, TaskData, train_splits
 from benchmark.config import ConfigError
-from benchmark.provenance import now_utc
+from benchmark.provenance import machine_name, now_utc
 from benchmark.records import (BASE_DIFFERS, NO_BUDGET, ORIGINAL, OWN, OWN_BUDGET, RECOVER, BudgetInfo, CellKey,
                                Cost, Record)
 from benchmark.run_config import RunConfig
@@ -193,14 +193,16 @@ class CellWork:
 
     def train_base(self, data: TaskData, seed: int, tokenizer) -> tuple[torch.nn.Module, dict[str, Any]]:
         """Fine-tune the pre-trained model on the task's (capped) train split with ``seed``; returns the model (in
-        eval mode) and its ``train_info`` (wall seconds, examples, seed, finish time)."""
+        eval mode) and its ``train_info`` (wall seconds, examples, seed, finish time, and what ran it: ``machine``,
+        :func:`~benchmark.provenance.machine_name`, and torch's ``threads``)."""
         torch.manual_seed(seed)  # the classification head's initialisation
         model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
         start = time.time()
         training.fine_tune(model, data.train, tokenizer, self.device, self.cfg.preset.train, seed=seed,
                            desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress,
                            precision=self.cfg.precision)
-        info = {"wall_s": time.time() - start, "examples": len(data.train), "seed": seed, "finished": now_utc()}
+        info = {"wall_s": time.time() - start, "examples": len(data.train), "seed": seed, "finished": now_utc(),
+                "machine": machine_name(self.device), "threads": torch.get_num_threads()}
         return model.eval(), info
 
     def load_base(self, folder: Path) -> torch.nn.Module:
@@ -281,7 +283,7 @@ class CellWork:
         pruned, state, model, mask = self.cell_model(bench, method, condition, counter, setter_record, reuse)
         dev = cell.evaluate_on_dev(bench, model, mask, counter)
         cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),
-                    **counter.as_dict())
+                    machine=machine_name(self.device), threads=torch.get_num_threads(), **counter.as_dict())
         record = cell.assemble_record(bench, method, condition, pruned, dev, cost, self.provenance, started, now_utc())
         if condition == OWN and stored_prune is not None and record.mask != stored_prune.get("mask"):
             message = (f"{method} on {bench.data.spec.name} seed {bench.seed}: pruned again for its own weights, it "

@@ -87,6 +87,24 @@ def quiet_libraries() -> None:
     datasets.disable_progress_bars()
 
 
+def machine_name(device) -> str:
+    """What ran the work on ``device`` (a ``torch.device`` or its string, ``"cpu"``, ``"cuda:0"``): the GPU's name
+    on CUDA (``torch.cuda.get_device_name``), else the CPU's model name from ``/proc/cpuinfo`` (``"AMD EPYC"``,
+    ``"Intel(R) Xeon(R) ..."``), else the platform's processor or architecture. Wall seconds mean little without
+    it: the same cell took 3,963 s on one 2-core CPU and 2,300-2,649 s on another (``results/quick-protocol2``)."""
+    if str(device).startswith("cuda"):
+        import torch  # only here: this module stays light
+
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def now_utc() -> str:
     """The current UTC time, ISO 8601 to the second (``2025-01-31T12:00:00+00:00``)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -171,13 +171,27 @@ class BudgetInfo:
 @dataclass
 class Cost:
     """Cost of a cell: ``wall_s`` (seconds, pruning + any re-fine-tuning + the dev evaluation, not the shared base
-    fine-tune), ``prune_wall_s`` (the method alone), ``device``, and examples through forward / backward."""
+    fine-tune), ``prune_wall_s`` (the method alone), ``device`` (``cpu``, ``cuda:0``), examples through forward /
+    backward, ``machine`` (the CPU's or GPU's name, :func:`benchmark.provenance.machine_name`) and ``threads``
+    (torch's intra-op threads while the cell ran). Records written before ``machine`` and ``threads`` existed
+    read as ``""`` and 0: unknown."""
 
     wall_s: float = math.nan
     prune_wall_s: float = math.nan
     device: str = ""
     forward_examples: int = 0
     backward_examples: int = 0
+    machine: str = ""
+    threads: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of a record's ``cost``; ``machine`` and ``threads`` only when known, so that a record
+        written before they existed writes back as it was read."""
+        out = dataclasses.asdict(self)
+        for name, unknown in (("machine", ""), ("threads", 0)):
+            if out[name] == unknown:
+                del out[name]
+        return out
 
 
 @dataclass
@@ -240,7 +254,7 @@ class Record:
         """The JSON object of ``records.jsonl`` (the runner's keys; unknown fields kept)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["budget"] = dataclasses.asdict(self.budget)
-        out["cost"] = dataclasses.asdict(self.cost)
+        out["cost"] = self.cost.as_dict()
         return {**self.extra, **out}
 
     @classmethod
@@ -278,7 +292,7 @@ class Record:
             predictions=d.get("predictions") or [], labels=d.get("labels") or [], splits=d.get("splits") or {},
             trace=d.get("trace") or {},
             cost=Cost(**{k: cost[k] for k in ("wall_s", "prune_wall_s", "device", "forward_examples",
-                                              "backward_examples") if k in cost}),
+                                              "backward_examples", "machine", "threads") if k in cost}),
             provenance=d.get("provenance") or {}, started_at=d.get("started_at", ""),
             finished_at=d.get("finished_at", ""), base_failed=bool(d.get("base_failed", False)),
             weights=d.get("weights", "") if schema >= 2 else _protocol1_weights(d, condition),

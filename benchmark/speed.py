@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import copy
 import json
-import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from benchmark.provenance import now_utc
+from benchmark.provenance import machine_name, now_utc
 from benchmark.records import Record
 from benchmark.store import append_jsonl, read_jsonl
 from methods.heads import apply_head_mask, forward_flops, remove_heads
@@ -70,19 +69,6 @@ class SpeedRow:
     machine: str
     torch: str
     measured_at: str
-
-
-def machine_name(device: torch.device) -> str:
-    """The GPU's name on CUDA, else the CPU's model name (``/proc/cpuinfo``), else the platform's processor."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def head_profiles(records: list[Record], per_mask: bool = False) -> dict[tuple[int, ...], list[str]]:

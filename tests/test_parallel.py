@@ -31,6 +31,7 @@ import parallel_methods
 from benchmark.cli import main
 from benchmark.config import ConfigError
 from benchmark.execution import resolve_execution
+from benchmark.provenance import machine_name
 from benchmark.records import BASE_DIFFERS, Record
 from benchmark.run_config import RAY_MISSING
 from benchmark.runner import Runner
@@ -108,6 +109,10 @@ def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run
     assert len(parallel) == len(serial) == N_CELLS
     assert stable(parallel) == stable(serial)  # masks, scores, per-example predictions, metrics, budgets, flags
     assert sorted(p.name for p in (out / "base").iterdir()) == ["wnli-seed0"]  # saved by the driver
+    # what ran each cell and the base fine-tune: this machine, one torch thread each (threads_per_cell below)
+    assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in parallel} == {(machine_name("cpu"), 1)}
+    info = json.loads((out / "base" / "wnli-seed0" / "train_info.json").read_text())
+    assert (info["machine"], info["threads"]) == (machine_name("cpu"), 1)
     plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
     assert plan["execution"] == {"mode": "ray", "workers": 2, "ray_address": None, "threads_per_cell": 1,
                                  "gpus_per_cell": 0.0, "device": "cpu"}

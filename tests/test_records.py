@@ -3,10 +3,13 @@ committed records.jsonl and writes back exactly what it read."""
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
+import torch
 
+from benchmark.provenance import machine_name
 from benchmark.records import OWN, PRUNE_ONLY, RECOVER, WEIGHTS, CellKey, Record, layers_emptied, options_hash
 from benchmark.store import record_key
 
@@ -87,3 +90,34 @@ def test_a_first_schema_record_is_migrated():
         Record.from_dict({k: v for k, v in raw.items() if k != "score"})
     newer = dict(Record.from_dict(raw).to_dict(), schema=2, future_field=[1, 2])
     assert Record.from_dict(newer).to_dict() == newer  # unknown fields are kept, not dropped
+
+
+def test_cost_names_the_machine_and_threads_only_when_known():
+    """Records written before ``cost.machine`` / ``cost.threads`` existed read them as unknown and write back as
+    they were read; a record that has them keeps them."""
+    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    assert not {"machine", "threads"} & set(raw["cost"])  # written before the fields existed
+    rec = Record.from_dict(raw)
+    assert (rec.cost.machine, rec.cost.threads) == ("", 0) and rec.to_dict()["cost"] == raw["cost"]
+    known = dict(raw, cost=dict(raw["cost"], machine="AMD EPYC", threads=1))
+    back = Record.from_dict(known)
+    assert (back.cost.machine, back.cost.threads) == ("AMD EPYC", 1)
+    assert back.to_dict()["cost"] == known["cost"]
+
+
+def test_machine_name_is_the_cpu_model_or_the_platform(monkeypatch):
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        lines = [line for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        if lines:
+            assert machine_name("cpu") == machine_name(torch.device("cpu")) == lines[0].split(":", 1)[1].strip()
+
+    def unreadable(self, *args, **kwargs):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(Path, "read_text", unreadable)  # macOS, Windows: no /proc/cpuinfo
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    assert machine_name("cpu") == "arm64"
+    monkeypatch.setattr(platform, "processor", lambda: "i386")
+    assert machine_name("cpu") == "i386"

@@ -175,6 +175,20 @@ def test_wall_seconds_per_seed_add_each_base_fine_tune_from_its_train_info(tmp_p
     assert total[["mrpc/s1", "mrpc/s2", "mrpc/s3"]].isna().all()
 
 
+def test_cost_table_counts_the_machines_that_ran_each_row(tmp_path):
+    """A wall time compares with another only on the same machine: the cost table says how many of a row's cells
+    ran on each; a record written before ``cost.machine`` existed counts as unknown."""
+    records = make_records(tasks=("mrpc",), seeds=(0, 1, 2), methods={"original": ["none"],
+                                                                       "random": ["fraction:0.25"]})
+    for r in records:
+        if r["method"] == "random" and r["seed"] > 0:
+            r["cost"] = dict(r["cost"], machine="AMD EPYC", threads=1)
+    cost = cells.cost_frame(load_runs([write_run(tmp_path / "run", records)]))
+    assert dict(zip(cost.method, cost.machine)) == {"original": "unknown x3", "random": "AMD EPYC x2, unknown x1"}
+    assert cells.machine_counts(["b", "a", "", "b", "a"]) == "a x2, b x2, unknown x1"
+    assert cells.machine_counts([]) == ""
+
+
 def test_wall_total_leaves_out_cells_whose_option_set_a_later_run_replaced(tmp_path):
     """A method's options changed between two `bench run`s into one folder (runs.jsonl, oldest first): its cells
     were computed again under the new options hash. Both records stay in the table (two rows), but a seed's total

@@ -18,6 +18,7 @@ import torch
 from benchmark import training
 from benchmark.cli import main
 from benchmark.config import ConfigError
+from benchmark.provenance import machine_name
 from benchmark.runner import Runner
 from benchmark.store import RecordStore
 from methods import HeadPruner, PruningResult, register
@@ -59,6 +60,7 @@ def test_records_carry_the_protocol_fields(smoke_run):
         assert r["splits"]["mini_dev"] == 16 and r["splits"]["mini_train"] == 48
         assert {"git_commit", "versions", "model_revision", "data_hashes", "config_hash"} <= set(r["provenance"])
         assert r["cost"]["device"] == "cpu" and r["cost"]["wall_s"] > 0
+        assert r["cost"]["machine"] == machine_name("cpu") and 1 <= r["cost"]["threads"] <= os.cpu_count()
         if r["method"] == "original":
             assert r["heads_pruned"] == 0
         else:
@@ -68,6 +70,8 @@ def test_records_carry_the_protocol_fields(smoke_run):
     # michel: one forward+backward over mini-train (48) for the gate gradients, plus the 64 dev examples
     assert michel["cost"]["backward_examples"] == 48 and michel["cost"]["forward_examples"] == 48 + 64
     assert (smoke_run / "base" / "wnli-seed0" / "config.json").exists()
+    info = json.loads((smoke_run / "base" / "wnli-seed0" / "train_info.json").read_text())
+    assert info["machine"] == machine_name("cpu") and 1 <= info["threads"] <= os.cpu_count()
 
 
 def test_each_invocation_records_its_planned_cells(smoke_run):

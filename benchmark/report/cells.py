@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -172,11 +174,22 @@ def base_walls(data: RunData) -> dict[str, float]:
     return walls
 
 
+UNKNOWN_MACHINE = "unknown"
+
+
+def machine_counts(machines: Iterable[str]) -> str:
+    """How many cells ran on each machine (the records' ``cost.machine``), most first, then by name:
+    ``"AMD EPYC x12, unknown x3"``; :data:`UNKNOWN_MACHINE` counts the records written before the field existed
+    (their machine is empty). A wall time compares with another only on the same machine."""
+    counts = Counter(m or UNKNOWN_MACHINE for m in machines)
+    return ", ".join(f"{m} x{n}" for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def cost_frame(data: RunData) -> pd.DataFrame:
     """Per (task, unit), in report order: n cells, wall seconds per cell (mean, SD; NaN SD for one cell), pruning
-    seconds and forward / backward examples (means), devices (comma-joined). Columns: task, method, budget,
-    condition, opts, n, wall_s_mean, wall_s_sd, prune_wall_s_mean, forward_examples_mean, backward_examples_mean,
-    device."""
+    seconds and forward / backward examples (means), devices (comma-joined), machines (:func:`machine_counts`).
+    Columns: task, method, budget, condition, opts, n, wall_s_mean, wall_s_sd, prune_wall_s_mean,
+    forward_examples_mean, backward_examples_mean, device, machine."""
     df = data.frame
     if df.empty:
         return pd.DataFrame()
@@ -189,5 +202,6 @@ def cost_frame(data: RunData) -> pd.DataFrame:
                      "prune_wall_s_mean": pd.to_numeric(g.prune_wall_s, errors="coerce").mean(),
                      "forward_examples_mean": pd.to_numeric(g.forward_examples, errors="coerce").mean(),
                      "backward_examples_mean": pd.to_numeric(g.backward_examples, errors="coerce").mean(),
-                     "device": ",".join(sorted({str(d) for d in g.device if d})), "_key": (task_key(task), unit.sort_key)})
+                     "device": ",".join(sorted({str(d) for d in g.device if d})), "machine": machine_counts(g.machine),
+                     "_key": (task_key(task), unit.sort_key)})
     return pd.DataFrame(rows).sort_values("_key").drop(columns="_key").reset_index(drop=True)

@@ -137,7 +137,9 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
            "the task table; Wilcoxon signed-rank and paired t-test are secondary.\n"]
     md += ["## Cost\n", tables.md_table(tables.cost_text(frames.cost)), "- Wall seconds per cell: pruning, any "
            "re-fine-tuning and the dev evaluation (the seed's shared base-model fine-tuning is not counted); pruning "
-           "s: the method alone; examples passed forward / backward, the dev evaluation included.\n"]
+           "s: the method alone; examples passed forward / backward, the dev evaluation included; machine: the CPU or "
+           "GPU that ran the cells (`cost.machine`), with how many ran on each (unknown: records written before it "
+           "was recorded). Seconds compare only on the same machine.\n"]
     return md + ["## Wall seconds per (task, seed)\n", tables.md_table(tables.walls_text(frames.walls)),
                  "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the base "
                  "model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. \"total\": "

@@ -416,7 +416,7 @@ def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
         "pruning s": [num(v) for v in cost.prune_wall_s_mean],
         "forward examples": [f"{v:,.0f}" if np.isfinite(v) else "—" for v in cost.forward_examples_mean],
         "backward examples": [f"{v:,.0f}" if np.isfinite(v) else "—" for v in cost.backward_examples_mean],
-        "device": cost.device})
+        "device": cost.device, "machine": cost.machine})
 
 
 def walls_text(walls: pd.DataFrame) -> pd.DataFrame:
