@@ -72,7 +72,8 @@ def list_cmd() -> None:
               help="'all' or a comma-separated list of method names (see `bench list`).")
 @click.option("--tasks", "tasks_spec", default="glue-small", show_default=True,
               help="'glue-small' or a comma-separated list of GLUE tasks (mrpc, cola, rte, wnli).")
-@click.option("--seeds", default=None, help="N (seeds 0..N-1) or a list a,b,c. Default: the preset's.")
+@click.option("--seeds", default=None, help="N (seeds 0..N-1), or a list of seeds and inclusive ranges: 3,7 or 5-9 "
+              "or 5-5 (seed 5 alone). Default: the preset's.")
 @click.option("--model", default=None,
               help="Hub name (bert-base-cased, roberta-base, ...), local folder, or 'minilm-l6' (packaged); families: "
                    "`bench list`. Default: the preset's.")

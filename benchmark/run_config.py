@@ -20,6 +20,7 @@ from methods.registry import in_methods_all
 MAX_SEED = 2**31 - 1
 MAX_SEED_COUNT = 1000  # a seed is a base fine-tune: more than this is a typo, and 0..N-1 would be built in memory
 _DIGITS = re.compile(r"[0-9]+")
+_SEED_ITEM = re.compile(r"[0-9]+(-[0-9]+)?")
 """Largest seed: a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)."""
 
 
@@ -174,31 +175,40 @@ def _method_names(methods_spec: str) -> list[str]:
 
 
 def parse_seeds(seeds: str) -> list[int]:
-    """``"N"`` = seeds 0..N-1 (1 <= N <= :data:`MAX_SEED_COUNT`), or ``"a,b,c"``: each a plain decimal integer
-    (ASCII digits only: no sign, no ``_``, no empty item) in ``[0, MAX_SEED]``, none twice.
+    """``"N"`` = seeds 0..N-1 (1 <= N <= :data:`MAX_SEED_COUNT`), or a comma-separated list whose items are seeds
+    or inclusive ranges ``a-b`` (``"0,4"``, ``"5-5"`` for seed 5 alone, ``"3-9"``, ``"0,5-7"``): each a plain
+    decimal integer (ASCII digits only: no sign, no ``_``, no empty item) in ``[0, MAX_SEED]``, a range not
+    descending, none twice.
 
     Raises:
-        ConfigError: N out of range, not integers, an empty item, no seed, a seed out of range or repeated; the
-            message quotes the option.
+        ConfigError: N out of range, not integers, an empty item, no seed, a descending range, more than
+            :data:`MAX_SEED_COUNT` seeds, a seed out of range or repeated; the message quotes the option.
     """
     text = seeds.strip()
-    if "," not in text:
+    if "," not in text and "-" not in text:
         if not _DIGITS.fullmatch(text):
             raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of non-negative integers "
-                              f"in plain digits (N: a count, seeds 0..N-1; a list: e.g. --seeds 0,4)")
+                              f"in plain digits (N: a count, seeds 0..N-1; a list: e.g. --seeds 0,4 or 5-9)")
         count = int(text)
         if not 1 <= count <= MAX_SEED_COUNT:
             raise ConfigError(f"--seeds {seeds}: N is a count (seeds 0..N-1) and must be in [1, {MAX_SEED_COUNT}]; "
-                              f"for seed 0 alone write --seeds 1, for a list of seeds a,b,c (e.g. --seeds 0,4)")
+                              f"for seed 0 alone write --seeds 1, for a list of seeds a,b,c (e.g. --seeds 0,4), "
+                              f"for seed 5 alone --seeds 5-5")
         return list(range(count))
     items = [item.strip() for item in text.split(",")]
-    bad_items = [item for item in items if not _DIGITS.fullmatch(item)]
+    bad_items = [item for item in items if not _SEED_ITEM.fullmatch(item)]
     if bad_items:
         raise ConfigError(f"--seeds {seeds!r}: expected N or a comma-separated list of non-negative integers "
-                          f"in plain digits; not one: {', '.join(repr(i) for i in bad_items)}")
-    seed_list = [int(item) for item in items]
-    if len(seed_list) > MAX_SEED_COUNT:
-        raise ConfigError(f"--seeds: at most {MAX_SEED_COUNT} seeds, got {len(seed_list)}")
+                          f"in plain digits or ranges a-b; not one: {', '.join(repr(i) for i in bad_items)}")
+    seed_list: list[int] = []
+    for item in items:
+        first, _, last = item.partition("-")
+        low, high = int(first), int(last or first)
+        if high < low:
+            raise ConfigError(f"--seeds {seeds}: range {item} descends; write it {high}-{low}")
+        if high - low + 1 + len(seed_list) > MAX_SEED_COUNT:
+            raise ConfigError(f"--seeds: at most {MAX_SEED_COUNT} seeds, got more with {item}")
+        seed_list += range(low, high + 1)
     bad = [s for s in seed_list if not 0 <= s <= MAX_SEED]
     if bad:
         raise ConfigError(f"--seeds {seeds}: every seed must be an integer in [0, {MAX_SEED}] (numpy and torch seed "

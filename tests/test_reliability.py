@@ -30,6 +30,7 @@ from benchmark.config import ConfigError, get_preset
 from benchmark.models import local_model_digest, model_revision
 from benchmark.records import BASE_DIFFERS
 from benchmark.report import ReportWarning, build_report
+from benchmark.run_config import MAX_SEED_COUNT, parse_seeds
 from benchmark.runner import Runner
 from benchmark.store import REJECTED, RecordStore, append_jsonl, scan_jsonl
 from benchmark.summary import markdown, summarize
@@ -184,6 +185,21 @@ def test_an_append_waiting_for_the_lock_follows_a_replaced_file(tmp_path, monkey
 
 
 # --------------------------------------------------------------------------- 4. options checked before training
+
+
+def test_seeds_take_a_count_a_list_or_inclusive_ranges():
+    """``N`` is a count; a list names seeds, and ``a-b`` items name inclusive ranges, so that one seed other than 0
+    can be run alone (``5-5``): a resumed run restricted to the seeds it can finish."""
+    assert parse_seeds("3") == [0, 1, 2] and parse_seeds(" 0,4 ") == [0, 4]
+    assert parse_seeds("5-5") == [5] and parse_seeds("3-6") == [3, 4, 5, 6] and parse_seeds("0, 7-8,2") == [0, 7, 8, 2]
+    assert parse_seeds(f"1-{MAX_SEED_COUNT}") == list(range(1, MAX_SEED_COUNT + 1))
+    for bad, message in (("6-5", "range 6-5 descends; write it 5-6"), ("5-", "not one: '5-'"),
+                         ("-5-6", "not one: '-5-6'"), ("1-3,3", "seed(s) 3 given more than once"),
+                         ("2-3-4", "not one: '2-3-4'"), (f"0-{MAX_SEED_COUNT}", f"at most {MAX_SEED_COUNT} seeds"),
+                         ("0-999999999999", f"at most {MAX_SEED_COUNT} seeds"),
+                         ("2147483647-2147483648", "every seed must be an integer in [0, 2147483647]")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            parse_seeds(bad)
 
 
 @pytest.mark.parametrize("extra, message", [
