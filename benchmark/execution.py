@@ -14,6 +14,7 @@ import torch
 
 from benchmark import models
 from benchmark.config import ConfigError
+from benchmark.provenance import machine_name
 from benchmark.run_config import RunConfig
 
 
@@ -39,6 +40,11 @@ class Execution:
     def parallel(self) -> bool:
         """Whether cells run on Ray."""
         return self.workers is not None or self.address is not None
+
+    def machine(self) -> tuple[str, int] | None:
+        """What the cells run on, as their records will name it (``cost.machine``, ``cost.threads``: the CPU's or
+        GPU's name and torch's threads), or None on a Ray cluster, whose cells may run on different machines."""
+        return None if self.address is not None else (machine_name(self.device), self.threads_per_cell)
 
     def describe(self) -> dict[str, Any]:
         """The options as JSON (kept in ``runs.jsonl``)."""

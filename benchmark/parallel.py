@@ -17,7 +17,7 @@ outcome it takes have returned, and Ray places it where its CPUs (``--threads-pe
 The driver hands Ray no more cells than it can run at once (its slots), so the order is the driver's, best first:
 a cell that reuses a prune step computed in this run (its method's own weights live in memory only, and a stop or
 the session's end would lose them), then the longest expected cell (the folder's recorded times and
-this run's, :class:`~benchmark.time_limit.CellTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
+this run's, :class:`~benchmark.time_limit.MachineTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
 not start last and leave the other workers idle, then the plan's order. Base fine-tunes are submitted when their
 (task, seed) opens (a window of slots + 1 at a time, so the object store holds few base models), before any cell,
 and like a cell only into a free slot. Ray alone would not hold that limit: a task blocked in ``ray.get`` (every
@@ -49,8 +49,6 @@ from typing import Any
 from benchmark.cell_work import prunes_again, warn_other_base
 from benchmark.parallel_tasks import Outcome, remote_functions
 from benchmark.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE
-from benchmark.run_folder import BASE_DIR
-from benchmark.time_limit import CellTimes
 from benchmark.transport import ModelParcel, unpack
 
 log = logging.getLogger("benchmark")
@@ -163,8 +161,7 @@ class _Driver:
         self.groups = [(spec, seed) for spec, seeds in runner.seeds_to_do(planned, todo) for seed in seeds]
         self.slots = _slots(self.ex)
         self.window = self.slots + 1
-        self.times = runner.limit.times if runner.limit is not None else CellTimes.of_folder(
-            runner.store.records(), runner.out / BASE_DIR)
+        self.times = runner.limit.times if runner.limit is not None else runner.folder_times()
         self.pending: dict[Any, _Pending] = {}
         self.queue: list[_Queued] = []
         self.open_groups: dict[tuple[str, int], int] = {}  # (task, seed) -> cells still to return
@@ -347,7 +344,7 @@ class _Driver:
     def _learn(self, what: str, *args) -> None:
         """Add a finished cell's record (``add_record``) or base fine-tune (``add_base``) to the time estimates:
         the driver's, which order the cells, and the status board's, which hold ``--time-limit``
-        (:class:`~benchmark.time_limit.CellTimes`)."""
+        (:class:`~benchmark.time_limit.MachineTimes`)."""
         getattr(self.times, what)(*args)
         if self.runner.limit is not None:  # waited for: the next cell's worker asks the board
             self.ray.get(self.board.learn.remote(what, *args))

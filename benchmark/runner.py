@@ -55,7 +55,7 @@ from benchmark.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSE
 from benchmark.run_config import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
 from benchmark.run_folder import BASE_DIR, check_run_json, save_base_model
 from benchmark.stopping import StopRequest, starts_after_stop, stop_between_cells
-from benchmark.time_limit import CellTimes, TimeLimit
+from benchmark.time_limit import MachineTimes, TimeLimit
 from benchmark.store import REJECTED, RecordStore, file_lock
 
 log = logging.getLogger("benchmark")
@@ -167,6 +167,11 @@ class Runner:
         log.setLevel(logging.INFO)
         self._handler = handler
 
+    def folder_times(self) -> MachineTimes:
+        """The wall times of the folder's records and base fine-tunes, which estimate this run's cells by the
+        machine that ran them (:class:`~benchmark.time_limit.MachineTimes`; this run's: ``Execution.machine``)."""
+        return MachineTimes.of_folder(self.store.records(), self.out / BASE_DIR, here=self.execution.machine())
+
     # ------------------------------------------------------------------ cells
 
     def planned_cells(self) -> list[tuple[str, int, str, str]]:
@@ -213,8 +218,7 @@ class Runner:
         log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
                  self.execution.summary())
         if self.cfg.time_limit_s is not None:
-            self.limit = TimeLimit.starting_now(self.cfg.time_limit_s,
-                                                CellTimes.of_folder(self.store.records(), self.out / BASE_DIR))
+            self.limit = TimeLimit.starting_now(self.cfg.time_limit_s, self.folder_times())
             log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         try:

@@ -41,8 +41,8 @@ class StatusBoard:
         self.stopping = True
 
     def learn(self, what: str, *args) -> None:
-        """Add a finished record or base fine-tune to the limit's estimates (``CellTimes.add_record`` or
-        ``CellTimes.add_base``)."""
+        """Add a finished record or base fine-tune to the limit's estimates (``add_record`` or ``add_base`` of its
+        :class:`~benchmark.time_limit.MachineTimes`)."""
         if self.limit is not None:
             getattr(self.limit.times, what)(*args)
 

@@ -37,8 +37,23 @@ seeds of a task new to the folder are estimated from its first:
 
 A cell or fine-tune that nothing recorded can estimate (a new method, a new task's base fine-tune) starts only while
 the time left is at least the longest cell or fine-tune the folder has recorded, times :data:`MARGIN`; in a folder
-with no record it starts while any time is left. Times recorded on another machine or under other load estimate
-this one's only roughly: the margin covers some of it, not a slower machine.
+with no record it starts while any time is left.
+
+Which machine recorded a time matters as much as what it was (:class:`MachineTimes`): the same RTE AUBER cell took
+3,963 s on one 2-core CPU and 2,300-2,649 s on another, and a GPU takes a fraction of either. Records and base
+fine-tunes name what ran them, the CPU or GPU and torch's threads (``cost.machine``, ``cost.threads``;
+``train_info``'s ``machine``, ``threads``). A run estimates a cell (a base fine-tune) from, in order:
+
+1. the work of its own machine and threads, by the rules above, from the same task's records alone;
+2. else the same task's work of each other named machine, times how much longer this machine took than that one
+   to fine-tune a base model of the same task (the shortest of each, per train example; of several tasks, the
+   largest ratio): a GPU run after CPU sittings scales their times down from its first base fine-tune on, a
+   slower CPU scales them up; of several machines, the largest such estimate;
+3. else every record and fine-tune of the folder, whatever ran them, as if one machine had (work that names no
+   machine, written before records named it, counts only here): the margin covers some of the difference, not
+   a slower machine.
+
+A run on a Ray cluster (``--ray-address``), whose cells may run on different machines, estimates by rule 3 alone.
 """
 from __future__ import annotations
 
@@ -47,7 +62,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from benchmark.config import ConfigError
 from benchmark.records import ORIGINAL, PRUNE_ONLY
@@ -106,15 +121,7 @@ class CellTimes:
         """From ``records`` (as ``records.jsonl`` stores them; prune-only records are read first) and the
         ``train_info.json`` of each base model under ``base_dir`` (folders ``<task>-seed<N>``; an unreadable one is
         left out)."""
-        times = cls()
-        for record in sorted(records, key=lambda r: r["condition"] != PRUNE_ONLY):
-            times.add_record(record)
-        for (task, _), info in base_train_infos(base_dir).items():
-            try:
-                times.add_base(task, info)
-            except (ValueError, KeyError, TypeError):
-                continue
-        return times
+        return _learn_folder(cls(), records, base_dir)
 
     def add_record(self, record: dict[str, Any]) -> None:
         """Learn a finished cell's times (a record as ``records.jsonl`` stores it). A cell that reuses a prune
@@ -156,6 +163,10 @@ class CellTimes:
         known = [v for v in (shortest_per_example, per_example) if v is not None]
         self.base_shortest[task] = (min(shortest, wall), min(known, default=None))
 
+    def base_estimate(self, task: str) -> float | None:
+        """Estimated seconds of a base fine-tune of ``task`` (before :data:`MARGIN`): the longest recorded, or None."""
+        return self.base.get(task)
+
     @staticmethod
     def _keep(table: dict[str, float], key: str, value: float) -> None:
         table[key] = max(table.get(key, 0.0), value)
@@ -163,18 +174,18 @@ class CellTimes:
     def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
         """Estimated seconds of a cell (before :data:`MARGIN`): from its task's records, else from another task's
         scaled (module docstring); None when neither estimates it."""
-        own = self._recorded(task, method, condition, prunes)
+        own = self.recorded(task, method, condition, prunes)
         if own is not None:
             return own
         guesses = []
         for other in {k.split("|", 1)[0] for k in self.rest} - {task}:
-            recorded, scale = self._recorded(other, method, condition, prunes), self.scale(task, other)
+            recorded, scale = self.recorded(other, method, condition, prunes), self.scale(task, other)
             if recorded is not None and scale is not None:
                 guesses.append(recorded * scale)
         return min(min(guesses), self.longest) if guesses else None  # each guess is scaled up already
 
-    def _recorded(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
-        """The estimate from ``task``'s own records, or None."""
+    def recorded(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
+        """Estimated seconds of a cell from ``task``'s own records alone (no other task's scaled), or None."""
         rest = self.rest.get(_key(task, method, condition))
         if rest is None:
             return None
@@ -196,22 +207,132 @@ class CellTimes:
         return max(ratios)
 
 
+def _learn_folder(times: Any, records: Iterable[dict[str, Any]], base_dir: Path) -> Any:
+    """``times`` (a :class:`CellTimes` or :class:`MachineTimes`) after ``add_record`` of each of ``records``,
+    prune-only records first, and ``add_base`` of each readable ``base_dir/<task>-seed<N>/train_info.json``."""
+    for record in sorted(records, key=lambda r: r["condition"] != PRUNE_ONLY):
+        times.add_record(record)
+    for (task, _), info in base_train_infos(base_dir).items():
+        try:
+            times.add_base(task, info)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return times
+
+
+Machine = tuple[str, int]
+"""What ran a record or base fine-tune: the CPU's or GPU's name and torch's threads
+(:func:`benchmark.provenance.machine_name`; a record's ``cost.machine`` and ``cost.threads``)."""
+
+
+def machine_of(what: dict[str, Any]) -> Machine | None:
+    """The :data:`Machine` a record's ``cost`` or a ``train_info`` names (``machine``, ``threads``), or None when
+    it names no machine or thread count (written before records named them)."""
+    name, threads = what.get("machine"), what.get("threads")
+    if isinstance(name, str) and name and isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        return name, threads
+    return None
+
+
+@dataclass
+class MachineTimes:
+    """A run's estimates from the times of a folder's work, by the machine that did it (module docstring, rules
+    1-3). The same interface as :class:`CellTimes` (``add_record``, ``add_base``, ``cell``, ``base_estimate``,
+    ``longest``), which it holds one of per machine.
+
+    Attributes:
+        here: the :data:`Machine` this run's cells run on, or None (a Ray cluster: every estimate by rule 3).
+        pooled: the times of all the folder's work, whatever ran it (rule 3).
+        machines: each named :data:`Machine` -> the times of the work it ran (rules 1 and 2).
+    """
+
+    here: Machine | None = None
+    pooled: CellTimes = field(default_factory=CellTimes)
+    machines: dict[Machine, CellTimes] = field(default_factory=dict)
+
+    @classmethod
+    def of_folder(cls, records: Iterable[dict[str, Any]], base_dir: Path,
+                  here: Machine | None = None) -> "MachineTimes":
+        """From ``records`` and ``base_dir``'s ``train_info.json`` files, as :meth:`CellTimes.of_folder`, for a run
+        on ``here``."""
+        return _learn_folder(cls(here), records, base_dir)
+
+    @property
+    def longest(self) -> float:
+        """The longest cell or base fine-tune recorded on any machine (0.0: nothing recorded)."""
+        return self.pooled.longest
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Learn a finished cell's times (:meth:`CellTimes.add_record`), pooled and under its machine."""
+        self.pooled.add_record(record)
+        machine = machine_of(record.get("cost") or {})
+        if machine is not None:
+            self.machines.setdefault(machine, CellTimes()).add_record(record)
+
+    def add_base(self, task: str, info: dict[str, Any]) -> None:
+        """Learn a base fine-tune's time (:meth:`CellTimes.add_base`), pooled and under its machine.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``info`` has no number ``wall_s``.
+        """
+        self.pooled.add_base(task, info)
+        machine = machine_of(info)
+        if machine is not None:
+            self.machines.setdefault(machine, CellTimes()).add_base(task, info)
+
+    def speed(self, machine: Machine) -> float | None:
+        """How many times longer work takes on :attr:`here` than on ``machine``: the largest, over the tasks both
+        fine-tuned a base model of (with a positive time), of the ratio of their shortest fine-tunes, per train
+        example when both give an example count, else in seconds; None without such a task."""
+        here, other = self.machines.get(self.here) if self.here else None, self.machines.get(machine)
+        if here is None or other is None:
+            return None
+        ratios = []
+        for task, (wall, per_example) in here.base_shortest.items():
+            if task in other.base_shortest:
+                other_wall, other_per_example = other.base_shortest[task]
+                both = per_example is not None and other_per_example is not None
+                ratios.append(per_example / other_per_example if both else wall / other_wall)
+        return max(ratios, default=None)
+
+    def _estimate(self, recorded: Callable[[CellTimes], float | None],
+                  pooled: Callable[[], float | None]) -> float | None:
+        """Rules 1-3: ``recorded(times)``, one machine's estimate from the task's own work (None: none), here, else
+        scaled from the other machines; else ``pooled()``, rule 3's."""
+        here = self.machines.get(self.here) if self.here else None
+        if here is not None and (own := recorded(here)) is not None:
+            return own
+        scaled = [estimate * speed for machine, times in self.machines.items() if machine != self.here
+                  if (estimate := recorded(times)) is not None and (speed := self.speed(machine)) is not None]
+        return max(scaled) if scaled else pooled()
+
+    def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
+        """Estimated seconds of a cell (before :data:`MARGIN`; module docstring, rules 1-3), or None."""
+        return self._estimate(lambda times: times.recorded(task, method, condition, prunes),
+                              lambda: self.pooled.cell(task, method, condition, prunes))
+
+    def base_estimate(self, task: str) -> float | None:
+        """Estimated seconds of a base fine-tune of ``task`` (before :data:`MARGIN`; rules 1-3), or None."""
+        return self._estimate(lambda times: times.base_estimate(task), lambda: self.pooled.base_estimate(task))
+
+
 @dataclass
 class TimeLimit:
     """The run's deadline and the estimates it is checked with (picklable: Ray's status board holds one).
 
     Attributes:
         deadline: ``time.time()`` by which started work should have finished.
-        times: the wall times recorded in the folder and by this run.
+        times: the wall times recorded in the folder and by this run (:class:`MachineTimes`, or
+            :class:`CellTimes`: every time as if one machine had recorded it).
         margin: the factor estimates are multiplied by (:data:`MARGIN`).
     """
 
     deadline: float
-    times: CellTimes
+    times: MachineTimes | CellTimes
     margin: float = MARGIN
 
     @classmethod
-    def starting_now(cls, seconds: float, times: CellTimes) -> "TimeLimit":
+    def starting_now(cls, seconds: float, times: MachineTimes | CellTimes) -> "TimeLimit":
         """A limit of ``seconds`` from now."""
         return cls(time.time() + seconds, times)
 
@@ -243,7 +364,7 @@ class TimeLimit:
 
     def base_refusal(self, task: str, now: float | None = None) -> str | None:
         """Why a base fine-tune of ``task`` should not start, or None: it fits."""
-        return self.refusal(self.times.base.get(task), now)
+        return self.refusal(self.times.base_estimate(task), now)
 
     def fits_cell(self, task: str, method: str, condition: str, prunes: bool, now: float | None = None) -> bool:
         """Whether a cell (``prunes``: it will run its method's prune step) should finish before the deadline."""

@@ -101,7 +101,7 @@ def parallel_run(ray_address, glue_dir, tmp_path_factory):
     return out, _bench([*CLI_RUN, "--workers", "2", "--data-dir", str(glue_dir), "--out", str(out)])
 
 
-def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run):
+def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run, glue_dir):
     out, res = parallel_run
     assert res.exit_code == 0, res.output
     assert "Ray: 2 local workers, 1 thread(s) per cell" in res.output
@@ -113,6 +113,9 @@ def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run
     assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in parallel} == {(machine_name("cpu"), 1)}
     info = json.loads((out / "base" / "wnli-seed0" / "train_info.json").read_text())
     assert (info["machine"], info["threads"]) == (machine_name("cpu"), 1)
+    # the machine the time limit estimates this run's cells for (rule 1 of benchmark.time_limit) is the one its
+    # records name
+    assert resolve_execution(smoke_config(out, glue_dir, workers=2)).machine() == (machine_name("cpu"), 1)
     plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
     assert plan["execution"] == {"mode": "ray", "workers": 2, "ray_address": None, "threads_per_cell": 1,
                                  "gpus_per_cell": 0.0, "device": "cpu"}
@@ -263,8 +266,10 @@ def test_gpu_share_and_threads_default_from_the_workers(monkeypatch, tmp_path, g
     assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.25, 1, "cuda")
     ex = resolve_execution(smoke_config(tmp_path, glue_dir, workers=4, device="cpu"))
     assert (ex.gpus_per_cell, ex.device.type) == (0.0, "cpu")
+    assert ex.machine() == (machine_name("cpu"), 1)
     ex = resolve_execution(smoke_config(tmp_path, glue_dir, ray_address="auto", gpus_per_cell=0.125, device="auto"))
     assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.125, 1, "cuda")
+    assert ex.machine() is None  # a cluster's cells may run on different machines: no machine of their own
     with pytest.raises(ConfigError, match="--device cuda on Ray needs --gpus-per-cell"):
         resolve_execution(smoke_config(tmp_path, glue_dir, ray_address="auto", device="cuda"))
     with pytest.raises(ConfigError, match="Ray assigns each cell its GPU"):

@@ -18,6 +18,7 @@ import torch
 from benchmark import training
 from benchmark.cli import main
 from benchmark.config import ConfigError
+from benchmark.execution import resolve_execution
 from benchmark.provenance import machine_name
 from benchmark.runner import Runner
 from benchmark.store import RecordStore
@@ -46,8 +47,11 @@ def smoke_run(tmp_path_factory, glue_dir):
     return out
 
 
-def test_records_carry_the_protocol_fields(smoke_run):
+def test_records_carry_the_protocol_fields(smoke_run, glue_dir):
     records = RecordStore(smoke_run).records()
+    # the machine the time limit estimates a serial run's cells for (benchmark.time_limit) is the one they name
+    assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in records} == {
+        resolve_execution(smoke_config(smoke_run, glue_dir)).machine()}
     assert len(records) == 2 * 4  # 2 tasks x (original + 3 methods), 1 seed
     for r in records:
         for field in ("task", "seed", "method", "method_options", "budget", "condition", "mask", "metrics",

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from benchmark.cli import main
 from benchmark.config import ConfigError
 from benchmark.status_board import StatusBoard
-from benchmark.time_limit import MARGIN, CellTimes, TimeLimit, parse_duration
+from benchmark.time_limit import MARGIN, CellTimes, MachineTimes, TimeLimit, machine_of, parse_duration
 
 
 @pytest.mark.parametrize("text, seconds", [("2h30m", 9000), ("90m", 5400), ("1.5h", 5400), ("45m30s", 2730),
@@ -174,6 +174,116 @@ def test_a_refusal_says_the_estimate_or_that_there_is_none():
     assert limit.cell_refusal("mrpc", "voita", "prune-only", True, now=1000.0 - 2000.0) == (
         f"time limit: no recorded time estimates it, and 2000 s left < {MARGIN} x the longest recorded work (1889 s)")
     assert limit.base_refusal("mrpc", now=1000.0 - 1000.0) == f"time limit: expected 900 s x {MARGIN} > 1000 s left"
+
+
+def _on(machine, threads, record):
+    """``record`` as ``machine`` with ``threads`` torch threads would have written it."""
+    return {**record, "cost": {**record["cost"], "machine": machine, "threads": threads}}
+
+
+def _info(wall, machine=None, threads=None, examples=3668):
+    info = {"wall_s": wall, "examples": examples}
+    return {**info, "machine": machine, "threads": threads} if machine else info
+
+
+EPYC, GPU = ("AMD EPYC", 1), ("NVIDIA H200", 8)
+
+
+@pytest.mark.parametrize("what, machine", [
+    ({"machine": "AMD EPYC", "threads": 1}, ("AMD EPYC", 1)),
+    ({"wall_s": 3.0}, None),  # written before records named their machine
+    ({"machine": "AMD EPYC"}, None), ({"threads": 2}, None), ({"machine": "", "threads": 2}, None),
+    ({"machine": "AMD EPYC", "threads": 0}, None), ({"machine": "AMD EPYC", "threads": True}, None),
+    ({"machine": "AMD EPYC", "threads": "2"}, None),
+])
+def test_machine_of_needs_a_name_and_a_positive_thread_count(what, machine):
+    assert machine_of(what) == machine
+
+
+def test_work_that_names_no_machine_is_estimated_exactly_as_before(tmp_path):
+    """Rule 3 alone: a folder written before records named their machine gives a run on any machine (or on a
+    cluster) the estimates of one pool (CellTimes), the same numbers for every cell and base fine-tune."""
+    base = tmp_path / "base"
+    (base / "mrpc-seed0").mkdir(parents=True)
+    (base / "mrpc-seed0" / "train_info.json").write_text(json.dumps(_info(580.0)))
+    pooled = CellTimes.of_folder(RECORDS, base)
+    queries = [(t, m, c, p) for t in ("mrpc", "rte", "cola") for m in ("auber", "michel", "voita", "random", "original")
+               for c in ("prune-only", "prune+recover", "own-fine-tuning", "control") for p in (True, False)]
+    for here in (None, EPYC):
+        times = MachineTimes.of_folder(RECORDS, base, here=here)
+        assert times.machines == {} and times.pooled == pooled and times.longest == pooled.longest
+        assert [times.cell(*q) for q in queries] == [pooled.cell(*q) for q in queries]
+        assert [times.base_estimate(t) for t in ("mrpc", "rte")] == [580.0, None]
+
+
+def test_a_run_estimates_from_its_own_machine_before_any_other():
+    """Rule 1: this machine's record of the cell (here 1200 s) wins over a longer one of another machine (3963 s)
+    or of no named machine, even with no base fine-tune to compare the machines by; a cell this machine has not
+    recorded falls back to the pool (rule 3: no ratio without a base fine-tune of both)."""
+    times = MachineTimes(here=EPYC)
+    times.add_record(_record("rte", 0, "auber", "prune-only", 5000.0, 4990.0))  # names no machine
+    times.add_record(_on("Intel Xeon", 2, _record("rte", 1, "auber", "prune-only", 3963.0, 3960.0)))
+    times.add_record(_on(*EPYC, _record("rte", 2, "auber", "prune-only", 1200.0, 1195.0)))
+    times.add_record(_on("Intel Xeon", 2, _record("rte", 1, "voita", "prune-only", 1030.0, 1020.0)))
+    assert times.cell("rte", "auber", "prune-only", prunes=True) == 1200.0
+    assert times.cell("rte", "voita", "prune-only", prunes=True) == 1030.0  # the pool's
+    assert times.longest == 5000.0  # the rule for an unestimated cell: the longest anywhere
+    other_threads = MachineTimes(here=("AMD EPYC", 2), machines=times.machines, pooled=times.pooled)
+    assert other_threads.cell("rte", "auber", "prune-only", prunes=True) == 5000.0  # other threads, other machine
+
+
+def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_task():
+    """Rule 2: a GPU that fine-tuned an MRPC base in 60 s, where the CPU took 600 s (its shortest of 600 and
+    900 s), expects a tenth of the CPU's cells, on every task: with 3600 s left it starts AUBER (1889 s on the
+    CPU, 188.9 s here), which the CPU's time alone would refuse. A machine slower than the CPU scales them up;
+    of two other machines, the larger estimate; per train example when both fine-tunes give a count."""
+    cpu = [_on(*EPYC, record) for record in RECORDS]
+    times = MachineTimes(here=GPU)
+    for record in cpu:
+        times.add_record(record)
+    for wall in (600.0, 900.0):
+        times.add_base("mrpc", _info(wall, *EPYC))
+    times.add_base("rte", _info(700.0, *EPYC, examples=2490))
+    limit = TimeLimit(deadline=3600.0, times=times)
+    assert times.speed(EPYC) is None  # no base fine-tune here yet: the CPU's times as they are (rule 3)
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(1889.0)
+    assert not limit.fits_cell("mrpc", "auber", "prune-only", True, now=1600.0)
+    times.add_base("mrpc", _info(60.0, *GPU))
+    assert times.speed(EPYC) == pytest.approx(0.1)
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(188.9)
+    assert times.cell("rte", "voita", "prune+recover", prunes=True) == pytest.approx(90.0)  # 900 s x 0.1
+    assert times.base_estimate("mrpc") == 60.0 and times.base_estimate("rte") == pytest.approx(70.0)
+    assert limit.fits_cell("mrpc", "auber", "prune-only", True, now=1600.0)
+    assert times.cell("cola", "auber", "prune-only", prunes=True) is None  # no machine has it: the pool's rule
+    # a second CPU, twice as slow as this machine on MRPC per example (its fine-tune saw half the examples)
+    times.add_base("mrpc", _info(60.0, "slow CPU", 1, examples=1834))
+    times.add_record(_on("slow CPU", 1, _record("mrpc", 0, "auber", "prune-only", 400.0, 396.0)))
+    assert times.speed(("slow CPU", 1)) == pytest.approx(0.5)
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(200.0)  # max(188.9, 400 x 0.5)
+    times.add_record(_on(*GPU, _record("mrpc", 0, "auber", "prune-only", 150.0, 146.0)))
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 150.0  # its own now (rule 1)
+    # a faster CPU than the one the records name: scaled down, by the largest ratio over shared tasks
+    fast = MachineTimes(here=("fast CPU", 2), machines=times.machines, pooled=times.pooled)
+    fast.add_base("mrpc", _info(300.0, "fast CPU", 2))
+    fast.add_base("rte", _info(420.0, "fast CPU", 2, examples=2490))
+    assert fast.speed(EPYC) == pytest.approx(max(300.0 / 600.0, 420.0 / 700.0))
+
+
+def test_machine_times_learn_their_records_one_by_one_as_the_folder_would_give_them(tmp_path):
+    base = tmp_path / "base"
+    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *GPU), _info(700.0))):
+        (base / f"mrpc-seed{seed}").mkdir(parents=True)
+        (base / f"mrpc-seed{seed}" / "train_info.json").write_text(json.dumps(info))
+    records = [_on(*(EPYC if i % 2 else GPU), r) if i % 3 else r for i, r in enumerate(RECORDS)]
+    folder = MachineTimes.of_folder(records, base, here=GPU)
+    assert MachineTimes.of_folder(list(reversed(records)), base, here=GPU) == folder
+    assert set(folder.machines) == {EPYC, GPU} and folder.pooled == CellTimes.of_folder(records, base)
+    learned = MachineTimes(here=GPU)
+    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *GPU), _info(700.0))):
+        learned.add_base("mrpc", info)
+    for record in records:
+        learned.add_record(record)
+    assert learned == folder
 
 
 def test_the_ray_status_board_learns_what_the_driver_tells_it():
