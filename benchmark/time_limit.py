@@ -44,16 +44,20 @@ Which machine recorded a time matters as much as what it was (:class:`MachineTim
 fine-tunes name what ran them, the CPU or GPU and torch's threads (``cost.machine``, ``cost.threads``;
 ``train_info``'s ``machine``, ``threads``). A run estimates a cell (a base fine-tune) from, in order:
 
-1. the work of its own machine and threads, by the rules above, from the same task's records alone;
-2. else the same task's work of each other named machine, times how much longer this machine took than that one
-   to fine-tune a base model of the same task (the shortest of each, per train example; of several tasks, the
-   largest ratio): a GPU run after CPU sittings scales their times down from its first base fine-tune on, a
-   slower CPU scales them up; of several machines, the largest such estimate;
+1. the work of its own machine and threads, by the rules above (its task's records, else another task's scaled);
+2. else each other named machine's estimate by the same rules, times how much longer this machine took than that
+   one to fine-tune a base model of a task both fine-tuned (the shortest of each, per train example when both
+   give a count, else in seconds; of several such tasks, the largest ratio); of several machines, the largest
+   such estimate, which may exceed the longest work recorded (a slower machine is slower). A GPU run after CPU
+   sittings scales their times down once it has fine-tuned a base model itself, a slower CPU scales them up;
 3. else every record and fine-tune of the folder, whatever ran them, as if one machine had (work that names no
    machine, written before records named it, counts only here): the margin covers some of the difference, not
    a slower machine.
 
-A run on a Ray cluster (``--ray-address``), whose cells may run on different machines, estimates by rule 3 alone.
+Not scaled: the rule for work nothing estimates reads the longest work of any machine as it was recorded, and a
+run that fine-tunes no base model itself (its bases are all cached, e.g. a GPU resuming CPU seeds) has no ratio,
+so rule 2 never applies to it. A run on a Ray cluster (``--ray-address``), whose cells may run on different
+machines, estimates by rule 3 alone; a local Ray run on GPUs is named by the driver's first GPU.
 """
 from __future__ import annotations
 
@@ -150,9 +154,11 @@ class CellTimes:
         """Learn a base fine-tune's time from its ``train_info`` (``wall_s``; ``examples``, the train split's size).
 
         Raises:
-            KeyError, TypeError, ValueError: ``info`` has no number ``wall_s``.
+            KeyError, TypeError, ValueError: ``info`` has no finite number ``wall_s``.
         """
         wall = float(info["wall_s"])
+        if not math.isfinite(wall):  # (edited by hand: NaN would refuse every cell, inf fit every one)
+            raise ValueError(f"train_info wall_s {info['wall_s']!r}: expected a finite number of seconds")
         examples = info.get("examples")
         self._keep(self.base, task, wall)
         self.longest = max(self.longest, wall)
@@ -267,18 +273,26 @@ class MachineTimes:
         self.pooled.add_record(record)
         machine = machine_of(record.get("cost") or {})
         if machine is not None:
-            self.machines.setdefault(machine, CellTimes()).add_record(record)
+            self._of(machine).add_record(record)
 
     def add_base(self, task: str, info: dict[str, Any]) -> None:
         """Learn a base fine-tune's time (:meth:`CellTimes.add_base`), pooled and under its machine.
 
         Raises:
-            KeyError, TypeError, ValueError: ``info`` has no number ``wall_s``.
+            KeyError, TypeError, ValueError: ``info`` has no finite number ``wall_s``.
         """
         self.pooled.add_base(task, info)
         machine = machine_of(info)
         if machine is not None:
-            self.machines.setdefault(machine, CellTimes()).add_base(task, info)
+            self._of(machine).add_base(task, info)
+
+    def _of(self, machine: Machine) -> CellTimes:
+        """``machine``'s times. They share the pool's prune steps of prune-only records (``own_steps``): a resumed
+        cell reuses the stored step whatever machine computed it, so that one machine's time is not taken off
+        another's (the pool learns each record first)."""
+        if machine not in self.machines:
+            self.machines[machine] = CellTimes(own_steps=self.pooled.own_steps)
+        return self.machines[machine]
 
     def speed(self, machine: Machine) -> float | None:
         """How many times longer work takes on :attr:`here` than on ``machine``: the largest, over the tasks both
@@ -297,8 +311,8 @@ class MachineTimes:
 
     def _estimate(self, recorded: Callable[[CellTimes], float | None],
                   pooled: Callable[[], float | None]) -> float | None:
-        """Rules 1-3: ``recorded(times)``, one machine's estimate from the task's own work (None: none), here, else
-        scaled from the other machines; else ``pooled()``, rule 3's."""
+        """Rules 1-3: ``recorded(times)``, one machine's estimate (None: none), here, else scaled from the other
+        machines; else ``pooled()``, rule 3's."""
         here = self.machines.get(self.here) if self.here else None
         if here is not None and (own := recorded(here)) is not None:
             return own
@@ -308,7 +322,7 @@ class MachineTimes:
 
     def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
         """Estimated seconds of a cell (before :data:`MARGIN`; module docstring, rules 1-3), or None."""
-        return self._estimate(lambda times: times.recorded(task, method, condition, prunes),
+        return self._estimate(lambda times: times.cell(task, method, condition, prunes),
                               lambda: self.pooled.cell(task, method, condition, prunes))
 
     def base_estimate(self, task: str) -> float | None:

@@ -269,6 +269,46 @@ def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_
     assert fast.speed(EPYC) == pytest.approx(max(300.0 / 600.0, 420.0 / 700.0))
 
 
+def test_this_machines_estimate_wins_even_when_longer_and_a_slower_machine_scales_times_up():
+    """Rule 1 over rule 2 whichever is longer (here 5000 s, the GPU's 400 or 4000 s x 2); a machine without example counts
+    is compared in seconds (a CPU 2x slower than the GPU's 300 s: 600 s); a run with no machine of its own (a
+    cluster) reads the pool whatever the records name."""
+    times = MachineTimes(here=EPYC)
+    times.add_base("mrpc", {"wall_s": 600.0, "machine": EPYC[0], "threads": EPYC[1]})  # no example count
+    times.add_base("mrpc", {"wall_s": 300.0, "machine": GPU[0], "threads": GPU[1]})
+    times.add_record(_on(*GPU, _record("mrpc", 0, "auber", "prune-only", 400.0, 396.0)))
+    assert times.speed(GPU) == pytest.approx(2.0)
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(800.0)  # not capped at 600
+    times.add_record(_on(*EPYC, _record("mrpc", 1, "auber", "prune-only", 5000.0, 4996.0)))
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0  # longer than the GPU's 800
+    times.add_record(_on(*GPU, _record("mrpc", 1, "auber", "prune-only", 4000.0, 3996.0)))  # scaled: 8000 s
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0  # shorter than the GPU's 8000
+    cluster = MachineTimes(here=None, pooled=times.pooled, machines=times.machines)
+    assert cluster.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0 and cluster.speed(GPU) is None
+    assert cluster.base_estimate("mrpc") == 600.0
+
+
+def test_a_prune_step_reused_from_another_machines_record_is_not_taken_off_this_machines_time():
+    """A resumed prune+recover cell copies its stored prune-only record's step (80 s, the CPU's): all of its 100 s
+    on the GPU is recovery, and the GPU's next prune+recover cell reusing a step is estimated at 100 s, not 20."""
+    times = MachineTimes(here=GPU)
+    times.add_record(_on(*EPYC, _record("rte", 0, "michel", "prune-only", 90.0, 80.0)))
+    times.add_record(_on(*GPU, _record("rte", 0, "michel", "prune+recover", 100.0, 80.0)))
+    assert times.machines[GPU].rest == {"rte|michel|prune+recover": 100.0} and times.machines[GPU].prune == {}
+    assert times.cell("rte", "michel", "prune+recover", prunes=False) == 100.0
+
+
+@pytest.mark.parametrize("wall", ["nan", "inf", "-inf"])
+def test_a_base_fine_tune_of_no_finite_time_is_refused_and_a_folder_leaves_it_out(tmp_path, wall):
+    info = {"wall_s": float(wall), "examples": 3668, "machine": EPYC[0], "threads": EPYC[1]}
+    with pytest.raises(ValueError, match="expected a finite number of seconds"):
+        MachineTimes(here=EPYC).add_base("mrpc", info)
+    (tmp_path / "mrpc-seed0").mkdir()
+    (tmp_path / "mrpc-seed0" / "train_info.json").write_text(json.dumps(info))  # NaN, Infinity: Python's JSON
+    times = MachineTimes.of_folder([], tmp_path, here=EPYC)
+    assert times.base_estimate("mrpc") is None and times.longest == 0.0
+
+
 def test_machine_times_learn_their_records_one_by_one_as_the_folder_would_give_them(tmp_path):
     base = tmp_path / "base"
     for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *GPU), _info(700.0))):
