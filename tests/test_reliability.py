@@ -39,7 +39,7 @@ from methods.conformance import check_option_constraints
 from methods.registry import shipped_methods
 
 sys.path.insert(0, str(Path(__file__).parent))
-from smoke_runs import negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
+from smoke_runs import SelfBudgeted, negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
 from test_report import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
 
 _config, _run, _stable = smoke_config, run_smoke, stable
@@ -670,37 +670,23 @@ def test_an_against_name_without_rows_is_warned_about(tmp_path):
         build_report([folder], against="original,aubr", plots=False, echo=False, n_boot=100, n_boot_examples=20)
 
 
-@register
-class FixedSetter(HeadPruner):
-    """Decides its own count (a budget setter, like AUBER): prunes heads 1, 3, 5, 7, 9, 11 of layer 0 and head 0 of
-    layer 5 (7 heads)."""
-
-    name = "test-fixed-setter"
-    summary = "test only: a budget setter with a fixed mask"
-    needs_target = False
-    exact_budget = False
-
-    def prune(self, model, context):
-        mask = torch.ones(context.num_layers, context.num_heads)
-        mask[0, 1::2] = 0
-        mask[5, 0] = 0
-        return PruningResult(mask=mask)
+SETTER = SelfBudgeted.name  # a budget setter with a fixed mask of 7 heads
 
 
 def test_a_setter_record_read_with_schema_defaults_does_not_stop_the_run(tmp_path, glue_dir):
     """The store accepts what Record.from_dict reads (defaults for fields old schemas lacked); the runner must read
     the setter's and the original's records the same way, not index raw keys (a KeyError stopped the whole run)."""
     out = tmp_path / "run"
-    run_smoke(out, glue_dir, methods_spec="random,test-fixed-setter", budget="matched:test-fixed-setter")
+    run_smoke(out, glue_dir, methods_spec=f"random,{SETTER}", budget=f"matched:{SETTER}")
     lines = [json.loads(l) for l in _lines(out / "records.jsonl")]
     for rec in lines:  # drop what Record.from_dict can default: degenerate, and the budget's note
         rec.pop("degenerate", None)
         rec["budget"].pop("note", None)
     kept = [r for r in lines if r["method"] != "random"]
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    run_smoke(out, glue_dir, methods_spec="random,test-fixed-setter", budget="matched:test-fixed-setter")
+    run_smoke(out, glue_dir, methods_spec=f"random,{SETTER}", budget=f"matched:{SETTER}")
     recs = {r["method"]: r for r in RecordStore(out).records()}
-    assert recs["random"]["heads_pruned"] == recs["test-fixed-setter"]["heads_pruned"] == 7
+    assert recs["random"]["heads_pruned"] == recs[SETTER]["heads_pruned"] == 7
     assert recs["random"]["base_failed"] is False  # the original record without "degenerate" reads as False
 
 

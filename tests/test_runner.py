@@ -23,7 +23,7 @@ from benchmark.provenance import machine_name
 from benchmark.runner import Runner
 from benchmark.store import RecordStore
 from methods import HeadPruner, PruningResult, register
-from smoke_runs import kill_after_records, run_smoke, smoke_config, stable
+from smoke_runs import SelfBudgeted, kill_after_records, run_smoke, smoke_config, stable
 
 METHODS = "random,confidence,michel"
 TASKS = "wnli,mrpc"
@@ -224,22 +224,6 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, t
     resumed = RecordStore(out).records()
     assert len(resumed) == len(records.read_text().splitlines()) == 8  # nothing lost, nothing duplicated
     assert _stable(resumed) == _stable(RecordStore(smoke_run).records())
-
-
-@register
-class SelfBudgeted(HeadPruner):
-    """Decides its own count, like AUBER: prunes the heads of layer 0 whose index is odd, and head 0 of layer 5."""
-
-    name = "test-self-budgeted"
-    summary = "test only: decides its own head count"
-    needs_target = False
-    exact_budget = False
-
-    def prune(self, model, context):
-        mask = torch.ones(context.num_layers, context.num_heads)
-        mask[0, 1::2] = 0
-        mask[5, 0] = 0
-        return PruningResult(mask=mask)
 
 
 def test_matched_budget_and_recover_control(tmp_path, glue_dir):
