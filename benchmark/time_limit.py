@@ -48,14 +48,17 @@ fine-tunes name what ran them, the CPU or GPU and torch's threads (``cost.machin
 2. else each other named machine's estimate by the same rules, times how much longer this machine took than that
    one to fine-tune a base model of a task both fine-tuned (the shortest of each, per train example when both
    give a count, else in seconds; of several such tasks, the largest ratio); of several machines, the largest
-   such estimate, which may exceed the longest work recorded (a slower machine is slower). A GPU run after CPU
-   sittings scales their times down once it has fine-tuned a base model itself, a slower CPU scales them up;
+   such estimate, which may exceed the longest work recorded (a slower machine is slower). A sitting on a faster
+   CPU, with more threads per cell, or on a faster GPU model scales the others' times down once it has fine-tuned a
+   base model itself, a slower one scales them up (CPU and GPU work never meet in one folder: ``run.json``'s
+   ``device_type`` refuses the other device; on one seed the GPU's numerics alone moved RTE's base model by 2.5
+   points, ``results/gpu-protocol2-seed0``);
 3. else every record and fine-tune of the folder, whatever ran them, as if one machine had (work that names no
    machine, written before records named it, counts only here): the margin covers some of the difference, not
    a slower machine.
 
 Not scaled: the rule for work nothing estimates reads the longest work of any machine as it was recorded, and a
-run that fine-tunes no base model itself (its bases are all cached, e.g. a GPU resuming CPU seeds) has no ratio,
+run that fine-tunes no base model itself (its bases are all cached, e.g. a faster CPU resuming seeds whose bases are fine-tuned) has no ratio,
 so rule 2 never applies to it. A run on a Ray cluster (``--ray-address``), whose cells may run on different
 machines, estimates by rule 3 alone; a local Ray run on GPUs is named by the driver's first GPU.
 """

@@ -112,8 +112,9 @@ def _smoke_config(out, glue_dir, methods_spec):
 
 
 def test_every_method_runs_on_cuda_chosen_by_auto_and_repeats_under_a_seed(tmp_path, glue_dir):
-    """`--device auto` picks CUDA; every registered method prunes and is scored there; a second folder given the
-    first one's cached base models repeats every mask (seeded noise, data order and the seeded CUDA dropout RNG;
+    """`--device auto` picks CUDA; every registered method prunes and is scored there, and its records and base
+    fine-tunes name the GPU (not the host's CPU); a second folder given the first one's cached base models repeats
+    every mask (seeded noise, data order and the seeded CUDA dropout RNG;
     the base model is shared because cuDNN/SDPA backward kernels need not repeat bit for bit across fine-tunes)."""
     names = ",".join(sorted(methods.available_methods()))
     records = {}
@@ -130,7 +131,11 @@ def test_every_method_runs_on_cuda_chosen_by_auto_and_repeats_under_a_seed(tmp_p
     assert records["a"].keys() == records["b"].keys()
     done = {r["method"] for r in records["a"].values()}
     assert done >= set(methods.available_methods()), done
+    gpu = torch.cuda.get_device_name(0)
     for cell, rec in records["a"].items():
         assert rec["cost"]["device"].startswith("cuda"), (cell, rec["cost"])
+        assert rec["cost"]["machine"] == gpu, (cell, rec["cost"])  # what --time-limit reads times by
         other = records["b"][cell]
         assert json.dumps(rec.get("mask")) == json.dumps(other.get("mask")), cell
+    infos = list((tmp_path / "a" / "base").glob("*/train_info.json"))
+    assert infos and all(json.loads(info.read_text())["machine"] == gpu for info in infos), infos

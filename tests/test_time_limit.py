@@ -186,7 +186,9 @@ def _info(wall, machine=None, threads=None, examples=3668):
     return {**info, "machine": machine, "threads": threads} if machine else info
 
 
-EPYC, GPU = ("AMD EPYC", 1), ("NVIDIA H200", 8)
+# the same CPU model with 1 and with 8 torch threads per cell: two machines to the estimates. (Not a CPU and a GPU:
+# a run folder records its device type and refuses the other, so their times never meet in one folder.)
+EPYC, WIDE = ("AMD EPYC", 1), ("AMD EPYC", 8)
 
 
 @pytest.mark.parametrize("what, machine", [
@@ -233,12 +235,12 @@ def test_a_run_estimates_from_its_own_machine_before_any_other():
 
 
 def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_task():
-    """Rule 2: a GPU that fine-tuned an MRPC base in 60 s, where the CPU took 600 s (its shortest of 600 and
-    900 s), expects a tenth of the CPU's cells, on every task: with 3600 s left it starts AUBER (1889 s on the
-    CPU, 188.9 s here), which the CPU's time alone would refuse. A machine slower than the CPU scales them up;
-    of two other machines, the larger estimate; per train example when both fine-tunes give a count."""
+    """Rule 2: a run on 8 threads per cell that fine-tuned an MRPC base in 60 s, where 1 thread took 600 s (its
+    shortest of 600 and 900 s), expects a tenth of the 1-thread cells, on every task: with 3600 s left it starts
+    AUBER (1889 s on 1 thread, 188.9 s here), which the 1-thread time alone would refuse. A slower machine scales
+    them up; of two other machines, the larger estimate; per train example when both fine-tunes give a count."""
     cpu = [_on(*EPYC, record) for record in RECORDS]
-    times = MachineTimes(here=GPU)
+    times = MachineTimes(here=WIDE)
     for record in cpu:
         times.add_record(record)
     for wall in (600.0, 900.0):
@@ -248,7 +250,7 @@ def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_
     assert times.speed(EPYC) is None  # no base fine-tune here yet: the CPU's times as they are (rule 3)
     assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(1889.0)
     assert not limit.fits_cell("mrpc", "auber", "prune-only", True, now=1600.0)
-    times.add_base("mrpc", _info(60.0, *GPU))
+    times.add_base("mrpc", _info(60.0, *WIDE))
     assert times.speed(EPYC) == pytest.approx(0.1)
     assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(188.9)
     assert times.cell("rte", "voita", "prune+recover", prunes=True) == pytest.approx(90.0)  # 900 s x 0.1
@@ -260,7 +262,7 @@ def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_
     times.add_record(_on("slow CPU", 1, _record("mrpc", 0, "auber", "prune-only", 400.0, 396.0)))
     assert times.speed(("slow CPU", 1)) == pytest.approx(0.5)
     assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(200.0)  # max(188.9, 400 x 0.5)
-    times.add_record(_on(*GPU, _record("mrpc", 0, "auber", "prune-only", 150.0, 146.0)))
+    times.add_record(_on(*WIDE, _record("mrpc", 0, "auber", "prune-only", 150.0, 146.0)))
     assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 150.0  # its own now (rule 1)
     # a faster CPU than the one the records name: scaled down, by the largest ratio over shared tasks
     fast = MachineTimes(here=("fast CPU", 2), machines=times.machines, pooled=times.pooled)
@@ -270,31 +272,32 @@ def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_
 
 
 def test_this_machines_estimate_wins_even_when_longer_and_a_slower_machine_scales_times_up():
-    """Rule 1 over rule 2 whichever is longer (here 5000 s, the GPU's 400 or 4000 s x 2); a machine without example counts
-    is compared in seconds (a CPU 2x slower than the GPU's 300 s: 600 s); a run with no machine of its own (a
+    """Rule 1 over rule 2 whichever is longer (here 5000 s, the 8-thread machine's 400 or 4000 s x 2); a machine without example counts
+    is compared in seconds (a machine 2x slower than the 8-thread one's 300 s: 600 s); a run with no machine of its own (a
     cluster) reads the pool whatever the records name."""
     times = MachineTimes(here=EPYC)
     times.add_base("mrpc", {"wall_s": 600.0, "machine": EPYC[0], "threads": EPYC[1]})  # no example count
-    times.add_base("mrpc", {"wall_s": 300.0, "machine": GPU[0], "threads": GPU[1]})
-    times.add_record(_on(*GPU, _record("mrpc", 0, "auber", "prune-only", 400.0, 396.0)))
-    assert times.speed(GPU) == pytest.approx(2.0)
+    times.add_base("mrpc", {"wall_s": 300.0, "machine": WIDE[0], "threads": WIDE[1]})
+    times.add_record(_on(*WIDE, _record("mrpc", 0, "auber", "prune-only", 400.0, 396.0)))
+    assert times.speed(WIDE) == pytest.approx(2.0)
     assert times.cell("mrpc", "auber", "prune-only", prunes=True) == pytest.approx(800.0)  # not capped at 600
     times.add_record(_on(*EPYC, _record("mrpc", 1, "auber", "prune-only", 5000.0, 4996.0)))
-    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0  # longer than the GPU's 800
-    times.add_record(_on(*GPU, _record("mrpc", 1, "auber", "prune-only", 4000.0, 3996.0)))  # scaled: 8000 s
-    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0  # shorter than the GPU's 8000
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0  # longer than the 8-thread machine's 800
+    times.add_record(_on(*WIDE, _record("mrpc", 1, "auber", "prune-only", 4000.0, 3996.0)))  # scaled: 8000 s
+    assert times.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0  # shorter than the 8-thread machine's 8000
     cluster = MachineTimes(here=None, pooled=times.pooled, machines=times.machines)
-    assert cluster.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0 and cluster.speed(GPU) is None
+    assert cluster.cell("mrpc", "auber", "prune-only", prunes=True) == 5000.0 and cluster.speed(WIDE) is None
     assert cluster.base_estimate("mrpc") == 600.0
 
 
 def test_a_prune_step_reused_from_another_machines_record_is_not_taken_off_this_machines_time():
-    """A resumed prune+recover cell copies its stored prune-only record's step (80 s, the CPU's): all of its 100 s
-    on the GPU is recovery, and the GPU's next prune+recover cell reusing a step is estimated at 100 s, not 20."""
-    times = MachineTimes(here=GPU)
+    """A resumed prune+recover cell copies its stored prune-only record's step (80 s, on 1 thread): all of its
+    100 s on 8 threads is recovery, and that machine's next prune+recover cell reusing a step is estimated at
+    100 s, not 20."""
+    times = MachineTimes(here=WIDE)
     times.add_record(_on(*EPYC, _record("rte", 0, "michel", "prune-only", 90.0, 80.0)))
-    times.add_record(_on(*GPU, _record("rte", 0, "michel", "prune+recover", 100.0, 80.0)))
-    assert times.machines[GPU].rest == {"rte|michel|prune+recover": 100.0} and times.machines[GPU].prune == {}
+    times.add_record(_on(*WIDE, _record("rte", 0, "michel", "prune+recover", 100.0, 80.0)))
+    assert times.machines[WIDE].rest == {"rte|michel|prune+recover": 100.0} and times.machines[WIDE].prune == {}
     assert times.cell("rte", "michel", "prune+recover", prunes=False) == 100.0
 
 
@@ -311,15 +314,15 @@ def test_a_base_fine_tune_of_no_finite_time_is_refused_and_a_folder_leaves_it_ou
 
 def test_machine_times_learn_their_records_one_by_one_as_the_folder_would_give_them(tmp_path):
     base = tmp_path / "base"
-    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *GPU), _info(700.0))):
+    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *WIDE), _info(700.0))):
         (base / f"mrpc-seed{seed}").mkdir(parents=True)
         (base / f"mrpc-seed{seed}" / "train_info.json").write_text(json.dumps(info))
-    records = [_on(*(EPYC if i % 2 else GPU), r) if i % 3 else r for i, r in enumerate(RECORDS)]
-    folder = MachineTimes.of_folder(records, base, here=GPU)
-    assert MachineTimes.of_folder(list(reversed(records)), base, here=GPU) == folder
-    assert set(folder.machines) == {EPYC, GPU} and folder.pooled == CellTimes.of_folder(records, base)
-    learned = MachineTimes(here=GPU)
-    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *GPU), _info(700.0))):
+    records = [_on(*(EPYC if i % 2 else WIDE), r) if i % 3 else r for i, r in enumerate(RECORDS)]
+    folder = MachineTimes.of_folder(records, base, here=WIDE)
+    assert MachineTimes.of_folder(list(reversed(records)), base, here=WIDE) == folder
+    assert set(folder.machines) == {EPYC, WIDE} and folder.pooled == CellTimes.of_folder(records, base)
+    learned = MachineTimes(here=WIDE)
+    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *WIDE), _info(700.0))):
         learned.add_base("mrpc", info)
     for record in records:
         learned.add_record(record)
