@@ -51,8 +51,8 @@ fine-tunes name what ran them, the CPU or GPU and torch's threads (``cost.machin
    such estimate, which may exceed the longest work recorded (a slower machine is slower). A sitting on a faster
    CPU, with more threads per cell, or on a faster GPU model scales the others' times down once it has fine-tuned a
    base model itself, a slower one scales them up (CPU and GPU work never meet in one folder: ``run.json``'s
-   ``device_type`` refuses the other device; on one seed the GPU's numerics alone moved RTE's base model by 2.5
-   points, ``results/gpu-protocol2-seed0``);
+   ``device_type`` refuses the other device; on one seed a GPU, with its own library versions, moved RTE's base
+   model by 2.5 points, ``results/gpu-protocol2-seed0``);
 3. else every record and fine-tune of the folder, whatever ran them, as if one machine had (work that names no
    machine, written before records named it, counts only here): the margin covers some of the difference, not
    a slower machine.
