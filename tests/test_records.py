@@ -15,6 +15,9 @@ from benchmark.store import record_key
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 COMMITTED = sorted(RESULTS.glob("*/records.jsonl"))
+# A committed record written by the first schema-1 runner, before cost.machine / cost.threads existed: named, not
+# COMMITTED[0], so that a newer folder sorting first (gpu-protocol2-seed0 does) cannot change what is tested.
+OLDEST = RESULTS / "gpu-quick-10seeds" / "records.jsonl"
 
 
 def test_cell_key_round_trip_and_errors():
@@ -55,7 +58,7 @@ def test_every_committed_record_reads_with_its_protocol_and_writes_back(path):
 
 
 def test_a_protocol_1_recover_cell_of_a_re_training_method_started_from_its_own_weights():
-    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    raw = json.loads(OLDEST.read_text().splitlines()[0])
     old = {k: v for k, v in raw.items() if k not in ("weights", "layers_emptied")}
     for method, options, weights in (("auber", {}, "own+recovery"), ("voita", {"joint": False}, "base+recovery"),
                                      ("random", {}, "base+recovery"), ("gone-method", {}, "unknown"),
@@ -70,7 +73,7 @@ def test_a_protocol_1_recover_cell_of_a_re_training_method_started_from_its_own_
 def test_layers_emptied_and_weights_of_a_new_record():
     assert layers_emptied([[0, 0], [1, 0], [0, 0]]) == 2
     assert layers_emptied([[1, 1]]) == 0 and layers_emptied([]) == 0
-    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    raw = json.loads(OLDEST.read_text().splitlines()[0])
     fields = {k: v for k, v in raw.items() if k not in ("schema", "weights", "layers_emptied")}
     for condition, retrained, weights in ((PRUNE_ONLY, False, "base"), (RECOVER, False, "base+recovery"),
                                           (OWN, True, "own"), (OWN, False, "base")):
@@ -81,7 +84,7 @@ def test_layers_emptied_and_weights_of_a_new_record():
 
 
 def test_a_first_schema_record_is_migrated():
-    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    raw = json.loads(OLDEST.read_text().splitlines()[0])
     old = {k: v for k, v in raw.items() if k not in ("cell", "schema", "base_failed")}
     rec = Record.from_dict(old)
     assert rec.schema == 0 and rec.base_failed is False
@@ -95,7 +98,7 @@ def test_a_first_schema_record_is_migrated():
 def test_cost_names_the_machine_and_threads_only_when_known():
     """Records written before ``cost.machine`` / ``cost.threads`` existed read them as unknown and write back as
     they were read; a record that has them keeps them."""
-    raw = json.loads(COMMITTED[0].read_text().splitlines()[0])
+    raw = json.loads(OLDEST.read_text().splitlines()[0])
     assert not {"machine", "threads"} & set(raw["cost"])  # written before the fields existed
     rec = Record.from_dict(raw)
     assert (rec.cost.machine, rec.cost.threads) == ("", 0) and rec.to_dict()["cost"] == raw["cost"]
