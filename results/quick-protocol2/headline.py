@@ -7,7 +7,8 @@ control over every seed (Δ, 95% percentile bootstrap CI over seeds, exact sign-
 table). Then the pairwise family: how many pairs were tested and which reach Holm p < .05. No number is computed
 here beyond formatting, but one: with ``--counts``, AUBER's head count against its null-reward control's
 (auber-null), per (task, seed) of this folder's `records.jsonl` (prune-only cells, base failures left out, seeds
-below ``--seeds N``), and the exact two-sided sign test over the untied pairs (scipy's binomtest at 0.5).
+below ``--seeds N``), and the exact two-sided sign test over the untied pairs (scipy's binomtest at 0.5), over all
+tasks and then per task.
 
     python results/quick-protocol2/headline.py [REPORT_DIR] [--counts] [--seeds N] [--folder RUN_DIR]
 """
@@ -100,12 +101,15 @@ def counts(folder: Path, seeds: int | None) -> None:
     print("\n| task | seed | auber | auber-null |\n|---|---|---|---|")
     for (task, seed), v in pairs.items():
         print(f"| {task_label(task)} | {seed} | {v['auber']} | {v['auber-null']} |")
-    fewer = sum(v["auber"] < v["auber-null"] for v in pairs.values())
-    more = sum(v["auber"] > v["auber-null"] for v in pairs.values())
-    p = binomtest(fewer, fewer + more, 0.5).pvalue if fewer + more else math.nan
-    print(f"\nAUBER pruned fewer heads than auber-null on {fewer}, more on {more}, as many on "
-          f"{len(pairs) - fewer - more} of {len(pairs)} (task, seed) pairs; exact two-sided sign test over the "
-          f"untied pairs: p = {p_text(p)}")
+    tasks = sorted({task for task, _ in pairs})
+    for scope, chosen in (("", pairs), *((f"{task_label(t)}: ", {k: v for k, v in pairs.items() if k[0] == t})
+                                          for t in tasks)):
+        fewer = sum(v["auber"] < v["auber-null"] for v in chosen.values())
+        more = sum(v["auber"] > v["auber-null"] for v in chosen.values())
+        p = binomtest(fewer, fewer + more, 0.5).pvalue if fewer + more else math.nan
+        print(f"\n{scope}AUBER pruned fewer heads than auber-null on {fewer}, more on {more}, as many on "
+              f"{len(chosen) - fewer - more} of {len(chosen)} (task, seed) pairs; exact two-sided sign test over the "
+              f"untied pairs: p = {p_text(p)}")
 
 
 if __name__ == "__main__":
