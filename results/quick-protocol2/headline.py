@@ -101,9 +101,10 @@ def counts(folder: Path, seeds: int | None) -> None:
     print("\n| task | seed | auber | auber-null |\n|---|---|---|---|")
     for (task, seed), v in pairs.items():
         print(f"| {task_label(task)} | {seed} | {v['auber']} | {v['auber-null']} |")
-    tasks = sorted({task for task, _ in pairs})
-    for scope, chosen in (("", pairs), *((f"{task_label(t)}: ", {k: v for k, v in pairs.items() if k[0] == t})
-                                          for t in tasks)):
+    scopes = {"": pairs}  # every (task, seed) pair, then each task's own
+    for task in sorted({task for task, _ in pairs}):
+        scopes[f"{task_label(task)}: "] = {k: v for k, v in pairs.items() if k[0] == task}
+    for scope, chosen in scopes.items():
         fewer = sum(v["auber"] < v["auber-null"] for v in chosen.values())
         more = sum(v["auber"] > v["auber-null"] for v in chosen.values())
         p = binomtest(fewer, fewer + more, 0.5).pvalue if fewer + more else math.nan
