@@ -1,0 +1,1 @@
+"""The benchmark runner, statistics and reports; the CLI is :mod:`headprune_bench.benchmark.cli` (``bench``)."""

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import click
 
-import methods
-from benchmark import tasks
-from benchmark.config import PRECISIONS, PRESETS, ConfigError
-from benchmark.records import CONDITIONS
-from methods.heads import LAYOUTS
+from headprune_bench import methods
+from headprune_bench.benchmark import tasks
+from headprune_bench.benchmark.config.presets import PRECISIONS, PRESETS, ConfigError
+from headprune_bench.benchmark.store.records import CONDITIONS
+from headprune_bench.methods.heads import LAYOUTS
 
 log = logging.getLogger("benchmark")
 
@@ -121,7 +121,7 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
             min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell,
             time_limit, progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
-    from benchmark.runner import Runner, make_run_config
+    from headprune_bench.benchmark.run.runner import Runner, make_run_config
 
     try:
         cfg = make_run_config(out=out, preset=preset, methods_spec=methods_spec, tasks_spec=tasks_spec, seeds=seeds,
@@ -191,7 +191,7 @@ def plain_warnings():
 
 def _finish(cfg, runner, report: bool, plots: bool) -> None:
     """Write the folder's summary (and report) after a run."""
-    from benchmark.summary import markdown, write_summary
+    from headprune_bench.benchmark.report.summary import markdown, write_summary
 
     header = (f"# bench run summary\n\nEvery record of the folder. Written by the last command: "
               f"`bench {' '.join(sys.argv[1:])}` (all commands: runs.jsonl)  \n"
@@ -200,7 +200,7 @@ def _finish(cfg, runner, report: bool, plots: bool) -> None:
     table = write_summary(cfg.out, header=header)
     click.echo(markdown(table))
     if report:
-        from benchmark.report import build_report
+        from headprune_bench.benchmark.report import build_report
 
         build_report([cfg.out], plots=plots, echo=False)
         click.echo(f"report (tables, significance tests{', plots' if plots else ''}): {cfg.out}/report/")
@@ -216,7 +216,7 @@ def _finish(cfg, runner, report: bool, plots: bool) -> None:
               help="Report folder. Default: FIRST_DIR/report.")
 def report_cmd(folders, against, formats, plots, out) -> None:
     """Significance tests, tables and plots of one or more run folders (combined)."""
-    from benchmark.report import build_report
+    from headprune_bench.benchmark.report import build_report
 
     try:
         with plain_warnings():
@@ -247,7 +247,7 @@ def export_cmd(run_dir, task, seed, method, condition, budget, out, data_dir, de
     The model is computed again from the folder's cached base model (recovery and a method's own fine-tuning
     run again; prune-only needs no training); export_info.json says whether its dev predictions equal the
     record's."""
-    from benchmark.export import export_cell
+    from headprune_bench.benchmark.tools.export import export_cell
 
     try:
         with plain_warnings():
@@ -295,11 +295,11 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, rounds, 
     removed FLOPs imply; appended to RUN_DIR/speed.jsonl, which `bench report` tables and plots."""
     import torch
 
-    from benchmark import models, speed
-    from benchmark.records import Record
-    from benchmark.store import read_jsonl
-
-    from benchmark.provenance import quiet_libraries
+    from headprune_bench.benchmark import models
+    from headprune_bench.benchmark.provenance import quiet_libraries
+    from headprune_bench.benchmark.store.jsonl import read_jsonl
+    from headprune_bench.benchmark.store.records import Record
+    from headprune_bench.benchmark.tools import speed
 
     quiet_libraries()  # no load report for the untrained classifier head: weights do not change the time
     shapes = [(b, t) for b in _int_list("--batches", batches) for t in _int_list("--lengths", lengths)]

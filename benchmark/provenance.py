@@ -2,7 +2,7 @@
 
 Every record carries these (``provenance`` in ``records.jsonl``), so a number can be traced to the code, the
 libraries and the data that made it. :func:`quiet_libraries` belongs here too: it sets how the libraries talk
-while a run (or ``python -m benchmark.auber_speed``) works.
+while a run (or ``python -m headprune_bench.benchmark.tools.auber_speed``) works.
 """
 from __future__ import annotations
 
@@ -14,18 +14,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the task modules load datasets and pandas; this module stays light (the store imports it)
-    from benchmark.tasks import TaskSpec
+    from headprune_bench.benchmark.tasks import TaskSpec
 
 #: Distributions whose versions every record names.
 VERSIONED = ("headprune-bench", "torch", "transformers", "datasets", "numpy", "scikit-learn")
 
 
-def _git_commit(exclude: Path | None = None) -> str:
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The source checkout this package runs from (a git repository when installed editable)."""
+
+
+def git_commit(exclude: Path | None = None) -> str:
     """HEAD of the code's repository, with ``+dirty`` when tracked files differ from it; ``"unknown"`` when git
     cannot tell. ``exclude`` (the run folder, when it lies inside the repository, e.g. ``results/quick``) is left
     out of the dirty check: a run rewrites its own tracked outputs (run.log, records), which says nothing about
     the code that made them."""
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     status = ["git", "status", "--porcelain", "--untracked-files=no"]
     if exclude is not None:
         try:
@@ -43,7 +47,7 @@ def _git_commit(exclude: Path | None = None) -> str:
         return "unknown"
 
 
-def _versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
     """``{"python": version, distribution: version or "not installed"}`` for :data:`VERSIONED`."""
     import importlib.metadata as md
 
@@ -63,7 +67,7 @@ def data_hashes(task_list: list[TaskSpec], data_dir: Path | None) -> dict[str, s
     Raises:
         OSError: a file exists but cannot be read.
     """
-    from benchmark import tasks
+    from headprune_bench.benchmark import tasks
 
     if data_dir is None:
         return {t.name: f"hub:{tasks.HUB_DATASET}/{t.hub_config}" for t in task_list}

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import datasets
 import numpy as np
@@ -22,10 +23,10 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorWithPadding, get_linear_schedule_with_warmup
 
-from benchmark.config import PRECISIONS, TrainConfig
-from benchmark.tasks import TaskSpec, compute_metrics
-from methods.base import MODEL_INPUTS
-from methods.heads import apply_head_mask
+from headprune_bench.benchmark.config.presets import PRECISIONS, TrainConfig
+from headprune_bench.benchmark.tasks import TaskSpec, compute_metrics
+from headprune_bench.methods.base import MODEL_INPUTS
+from headprune_bench.methods.heads import apply_head_mask
 
 __all__ = ["TrainConfig", "Counter", "MODEL_INPUTS", "PRECISIONS", "autocast", "encode", "iterate", "predict",
            "evaluate", "fine_tune", "clone_model"]

@@ -6,12 +6,12 @@ implementation for the duration of a block (``PreTrainedModel.set_attn_implement
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn
 
-from methods.base import model_inputs
+from headprune_bench.methods.base import model_inputs
 
 
 @contextlib.contextmanager

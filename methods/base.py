@@ -19,13 +19,14 @@ import abc
 import contextlib
 import copy
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from methods.options import Interval, OptionError, check_constraints
+from headprune_bench.methods.options import Interval, OptionError, check_constraints
 
 Batch = dict[str, torch.Tensor]
 """One batch on the run's device: ``input_ids``, ``attention_mask``, ``token_type_ids`` (all ``[B, T]`` long)
@@ -147,12 +148,12 @@ class HeadPruner(abc.ABC):
       of a run folder (as the budget setter of ``matched:METHOD`` too) instead of recomputing the same search.
     * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
     * ``constraints`` -- ``{option: Interval(...) | tuple of allowed values}``: what each numeric or string
-      option may be, declared once (:mod:`methods.options`) and checked by the constructor, so a bad value fails
+      option may be, declared once (:mod:`headprune_bench.methods.options`) and checked by the constructor, so a bad value fails
       before any work starts. Every int, float and str option needs one (the conformance check asserts it).
     * ``choices`` -- older spelling of tuple constraints (``{option: allowed values}``); still honoured.
     * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
       out unless ``in_methods_all`` says otherwise; name them explicitly).
-    * ``in_methods_all`` -- whether ``--methods all`` selects the method (:func:`methods.registry.in_methods_all`);
+    * ``in_methods_all`` -- whether ``--methods all`` selects the method (:func:`headprune_bench.methods.registry.in_methods_all`);
       ``None`` (the default): every method but the ablations. AUBER's null-reward control ``auber-null`` says
       True: it is an ablation in code, but issue 13's headline prints its count beside AUBER's on every task.
     * ``report_order`` -- where the reports list the method among the others (ascending; the built-ins use
@@ -162,7 +163,7 @@ class HeadPruner(abc.ABC):
       picks one. An ablation (``ablation_of`` set) leaves both ``None``, also when it subclasses the method it
       ablates: the report places and colours it from its ``ablation_of`` method.
     * ``conformance_options`` -- ``{option: value}``: small settings under which the conformance check
-      (:func:`methods.conformance.check_pruner`, run by the test suite over every registered method) finishes in a
+      (:func:`headprune_bench.methods.conformance.check_pruner`, run by the test suite over every registered method) finishes in a
       few seconds on the check's tiny model (3 layers x 4 heads, 48 training examples), e.g. AUBER's
       ``{"episodes": 2, "final_finetune": False, "layer_finetune_epochs": 1.0}``. Empty when the defaults are
       already fast there. Each must be a valid option (the constructor checks them).

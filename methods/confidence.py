@@ -21,10 +21,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from methods.attention import attention_maps
-from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask
-from methods.options import Interval
-from methods.registry import register
+from headprune_bench.methods.attention import attention_maps
+from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from headprune_bench.methods.options import Interval
+from headprune_bench.methods.registry import register
 
 EXCLUDE_CHOICES = ("sep", "none", "cls_sep")
 
@@ -75,7 +75,7 @@ class ConfidencePruner(HeadPruner):
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Average each head's confidence (:func:`head_confidence`) over the split's non-padding queries, in eval
-        mode, and prune the ``target_heads`` lowest (:func:`methods.base.lowest_k_mask`).
+        mode, and prune the ``target_heads`` lowest (:func:`headprune_bench.methods.base.lowest_k_mask`).
 
         Raises:
             ValueError: no target; ``exclude_keys`` needs ``tokenizer_info["sep_token_id"]``; the split gave no token.

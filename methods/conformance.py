@@ -1,8 +1,8 @@
-"""A reusable conformance check for :class:`~methods.base.HeadPruner` implementations.
+"""A reusable conformance check for :class:`~headprune_bench.methods.base.HeadPruner` implementations.
 
 Call :func:`check_pruner` from your own test when you add a method::
 
-    from methods.conformance import check_pruner
+    from headprune_bench.methods.conformance import check_pruner
 
     def test_my_method_conforms():
         check_pruner(MyPruner)                # or check_pruner("my-method", some_option=3)
@@ -17,30 +17,31 @@ no network), runs the method twice with the same seed and checks the contract:
 * the base model is untouched unless the method says it re-trained (then a model is returned);
 * the trace is JSON-serialisable;
 * the same context seed gives the same mask even when the global RNG differs between the runs; and the method never reads a split other than mini_train / mini_dev;
-* every int, float and str option has a declared constraint (``constraints``: an :class:`~methods.options.Interval`
+* every int, float and str option has a declared constraint (``constraints``: an :class:`~headprune_bench.methods.options.Interval`
   or a tuple of allowed values), the defaults satisfy them, and a value just outside each interval, or not among
-  the allowed values, is refused by the constructor with an :class:`~methods.options.OptionError` naming the option
+  the allowed values, is refused by the constructor with an :class:`~headprune_bench.methods.options.OptionError` naming the option
   (:func:`check_option_constraints`).
 
 Raises ``AssertionError`` with a message naming the broken rule.
 
 The test suite also runs :func:`check_pruner` over every registered method (built-ins, ablations, entry points) with
-the class's ``conformance_options`` (small settings, see :class:`~methods.base.HeadPruner`), so a registered method
+the class's ``conformance_options`` (small settings, see :class:`~headprune_bench.methods.base.HeadPruner`), so a registered method
 is checked even without a test of its own.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, model_inputs
-from methods.heads import apply_head_mask
-from methods.options import Interval, OptionError
-from methods.registry import available_methods, get_method_class
+from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, model_inputs
+from headprune_bench.methods.heads import apply_head_mask
+from headprune_bench.methods.options import Interval, OptionError
+from headprune_bench.methods.registry import available_methods, get_method_class
 
 TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
             max_position_embeddings=40)
@@ -136,7 +137,7 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
     The context records every split name asked for in ``context.tokenizer_info["_splits_read"]`` (a list), so a
     check can assert that only train-derived splits were read.
     """
-    from methods.heads import get_layout
+    from headprune_bench.methods.heads import get_layout
 
     layout = get_layout(model)
     family = family or model.config.model_type
@@ -236,7 +237,7 @@ def check_option_constraints(method: type[HeadPruner] | str) -> None:
 def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: int = 0, family: str = "bert",
                  **options: Any) -> PruningResult:
     """Run the conformance checks on a method (class or registered name) with ``options``, on a tiny model of
-    ``family`` (:data:`FAMILIES`; a method must run on every family through :mod:`methods.heads` alone).
+    ``family`` (:data:`FAMILIES`; a method must run on every family through :mod:`headprune_bench.methods.heads` alone).
 
     Returns the first run's :class:`PruningResult` (for further checks by the caller).
 

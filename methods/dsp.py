@@ -14,7 +14,7 @@ paper's full text was not available), the relaxed top-K of Xie & Ermon (2019):
 with ``tiny = torch.finfo(float64).tiny``. Only the sum is fixed: at moderate temperatures single entries can
 exceed 1 (at tau = 1 a dominant head collects about 1 + 1/2 + 1/3 + ...); as tau -> 0 the mask tends to the K-hot
 indicator of the perturbed top K. The mask multiplies each head's output before the attention output projection
-(:func:`methods.heads.apply_head_mask`; the official code multiplies the attention probabilities, the same
+(:func:`headprune_bench.methods.heads.apply_head_mask`; the official code multiplies the attention probabilities, the same
 operation). The temperature anneals geometrically (``trainer_dsp.py``):
 
     tau_t = exp(log tau0 - (t / N_cool) (log tau0 - log tau_end))  for t <= N_cool, tau_end afterwards.
@@ -44,7 +44,7 @@ Choices [documented defaults]:
 * ``epochs`` = 1: pipelined DSP learns ``w`` for one additional epoch (paper §4.3 as quoted; README 1 epoch); the
   README's joint command uses 3 epochs from the *pre-trained* model; from our fine-tuned base, 1 is the default
   for every variant. ``max_steps`` caps a run for CPU sizing.
-* Optimiser (the loop shared with Voita, :mod:`methods.gates`): AdamW (betas 0.9/0.999, eps 1e-8), ``w`` in its
+* Optimiser (the loop shared with Voita, :mod:`headprune_bench.methods.gates`): AdamW (betas 0.9/0.999, eps 1e-8), ``w`` in its
   own group; model lr 2e-5 when it trains; no weight decay (the official groups set none); linear decay to 0 of
   every group without warm-up and gradient-norm clipping at 1.0 over every trained parameter (the HF Trainer the
   official code runs on). Train mode (dropout on).
@@ -61,10 +61,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult
-from methods.gates import GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
-from methods.options import Interval, OptionError
-from methods.registry import register
+from headprune_bench.methods.base import HeadPruner, PruningContext, PruningResult
+from headprune_bench.methods.gates import GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
+from headprune_bench.methods.options import Interval, OptionError
+from headprune_bench.methods.registry import register
 
 VARIANTS = ("pipelined", "joint", "ste")
 TINY = torch.finfo(torch.float64).tiny
@@ -198,7 +198,7 @@ class DSPPruner(HeadPruner):
         return self.options["variant"] in ("joint", "ste")
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Learn ``w`` with the shared loop (:func:`methods.gates.run_gate_training`) through the variant's mask
+        """Learn ``w`` with the shared loop (:func:`headprune_bench.methods.gates.run_gate_training`) through the variant's mask
         (:class:`SubsetMask`), then keep the hard top-K of ``w`` (module docstring).
 
         Raises:
@@ -272,7 +272,7 @@ class DSPPruner(HeadPruner):
 
 
 class SubsetMask:
-    """The ``sample_mask`` of a DSP run (:func:`methods.gates.run_gate_training`): ``mask(t)`` is the ``[L, H]``
+    """The ``sample_mask`` of a DSP run (:func:`headprune_bench.methods.gates.run_gate_training`): ``mask(t)`` is the ``[L, H]``
     float64 mask of step ``t``: the Gumbel soft top-K of ``w`` at the annealed temperature ``tau_t``
     (:func:`gumbel_soft_top_k`, :func:`temperature`; variants "pipelined" and "joint"), or the straight-through hard
     top-K (:func:`ste_top_k`; variant "ste", no noise). The noise comes from ``generator``.

@@ -1,16 +1,16 @@
 """The gate-training loop shared by the methods that learn head gates by gradient descent (Voita, DSP).
 
-Both methods train a tensor of per-head gate parameters (Voita: hard-concrete ``log_a``, :mod:`methods.voita`;
-DSP: subset logits ``w``, :mod:`methods.dsp`) on a deep copy of the fine-tuned model, with the same recipe: the
+Both methods train a tensor of per-head gate parameters (Voita: hard-concrete ``log_a``, :mod:`headprune_bench.methods.voita`;
+DSP: subset logits ``w``, :mod:`headprune_bench.methods.dsp`) on a deep copy of the fine-tuned model, with the same recipe: the
 HF Trainer defaults that both official codes run on (shared/reference/methods.md §5, §6), written once here:
 
 * AdamW (betas 0.9/0.999, eps 1e-8) with the gates in their own group (``gate_lr``, no weight decay) and, when
   the model trains too, its parameters in a second group (``lr``, ``weight_decay``);
 * every learning rate decays linearly to 0 over the run's steps, without warm-up (or stays constant);
 * gradient-norm clipping over the gates and every trained parameter (``max_grad_norm``; 0 = none);
-* train mode (dropout on) under a seeded torch RNG, restored afterwards (:func:`methods.base.seeded_torch_rng`);
+* train mode (dropout on) under a seeded torch RNG, restored afterwards (:func:`headprune_bench.methods.base.seeded_torch_rng`);
 * ``mini_train`` batches reshuffled every epoch with a seed derived from ``context.seed``;
-* per step: a head mask from the caller's sampler, a masked forward (:func:`methods.heads.apply_head_mask`), the
+* per step: a head mask from the caller's sampler, a masked forward (:func:`headprune_bench.methods.heads.apply_head_mask`), the
   mean cross-entropy of the labels, the caller's objective, backward, clipping, optimiser and schedule steps, then
   the caller's step callback (logging; early stopping with :class:`EarlyStopping`, which keeps the best state).
 
@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import PruningContext, model_inputs, seeded_torch_rng
-from methods.heads import HeadMask, apply_head_mask
+from headprune_bench.methods.base import PruningContext, model_inputs, seeded_torch_rng
+from headprune_bench.methods.heads import HeadMask, apply_head_mask
 
 __all__ = ["GateRecipe", "GateStep", "GateRun", "EarlyStopping", "plan_steps", "trainable_copy", "run_gate_training"]
 
@@ -72,7 +72,7 @@ class GateStep:
         step: optimiser steps done so far (1 after the first).
         ce: scalar tensor, mean cross-entropy (nats per example) of the step's batch under the sampled mask.
         loss: scalar tensor, the objective that was minimised (``ce`` when the caller gave no objective).
-        heads: the :class:`~methods.heads.HeadMask` on the trained model, so a callback can evaluate it with other
+        heads: the :class:`~headprune_bench.methods.heads.HeadMask` on the trained model, so a callback can evaluate it with other
             gates (e.g. deterministic ones); the next step sets its own sampled mask again.
     """
 
@@ -93,7 +93,7 @@ class GateRun:
 
 class EarlyStopping:
     """Early-stopping bookkeeping, an ``on_step`` callback of :func:`run_gate_training` (the criterion is the
-    caller's; Voita's is its mini_dev objective, :func:`methods.voita.dev_objective`).
+    caller's; Voita's is its mini_dev objective, :func:`headprune_bench.methods.voita.dev_objective`).
 
     Every ``every`` steps and at the last step it calls ``evaluate(info) -> dict`` (which must hold
     ``"objective"``, lower = better), appends ``{"step", "train_ce", **evaluate's values}`` (rounded to 6 digits) to
@@ -203,7 +203,7 @@ def run_gate_training(work: nn.Module, context: PruningContext, gates: torch.Ten
     """Train ``gates`` (and the parameters of ``work`` that require grad) for ``recipe.total_steps`` steps.
 
     Args:
-        work: the model to train through its head mask (from :func:`trainable_copy`); a classifier of a supported family (methods.heads.families).
+        work: the model to train through its head mask (from :func:`trainable_copy`); a classifier of a supported family (headprune_bench.methods.heads.families).
             Left in eval mode with every parameter requiring grad, hooks removed, also on error.
         context: gives the ``mini_train`` batches, the seed and ``count_backward``.
         gates: leaf tensor of gate parameters (``requires_grad=True``, any shape and dtype), on ``work``'s device.
@@ -217,7 +217,7 @@ def run_gate_training(work: nn.Module, context: PruningContext, gates: torch.Ten
         :class:`GateRun` (steps taken, whether ``on_step`` stopped the run).
 
     Raises:
-        ValueError: a mask of the wrong shape from ``sample_mask`` (:func:`methods.heads.apply_head_mask`).
+        ValueError: a mask of the wrong shape from ``sample_mask`` (:func:`headprune_bench.methods.heads.apply_head_mask`).
     """
     device = next(work.parameters()).device
     model_params = [p for p in work.parameters() if p.requires_grad]

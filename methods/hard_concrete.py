@@ -2,7 +2,7 @@
 Regularization", ICLR 2018) as Voita et al. (ACL 2019, §6) gate attention heads, written from the official code
 (lena-voita/the-story-of-heads, ``lib/layers/concrete_gate.py``; read through shared/reference/methods.md §5):
 sampling, the deterministic test-time gate, the L0 penalty, the levels at which a selection prunes, and how far a
-gate can move in a number of optimiser steps. The method that trains the gates is :mod:`methods.voita`, which
+gate can move in a number of optimiser steps. The method that trains the gates is :mod:`headprune_bench.methods.voita`, which
 re-exports every name here.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from methods.base import lowest_k_mask
+from headprune_bench.methods.base import lowest_k_mask
 
 SELECTIONS = ("closed", "threshold", "topk")
 REDUCTIONS = ("sum", "mean")

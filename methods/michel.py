@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
-from methods.heads import apply_head_mask
-from methods.options import Interval
-from methods.registry import register
+from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
+from headprune_bench.methods.heads import apply_head_mask
+from headprune_bench.methods.options import Interval
+from headprune_bench.methods.registry import register
 
 ESTIMATORS = ("example", "token")
 MODES = ("one-shot", "iterative")

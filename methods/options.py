@@ -1,6 +1,6 @@
 """Declared option constraints of a method, checked when the method is constructed (before any training).
 
-A :class:`~methods.base.HeadPruner` declares, once, what each option may be, in ``constraints`` (after
+A :class:`~headprune_bench.methods.base.HeadPruner` declares, once, what each option may be, in ``constraints`` (after
 scikit-learn's ``_parameter_constraints``):
 
 * an :class:`Interval` for a number: ``Interval(0, None, closed="neither")`` is "> 0";
@@ -10,7 +10,7 @@ scikit-learn's ``_parameter_constraints``):
 ``HeadPruner.__init__`` checks types (from the defaults), then every constraint, then the method's own
 cross-option rules (``HeadPruner.check_options``), and raises :class:`OptionError` naming the method, the option,
 the allowed range and the value. The runner constructs every method of a run before the first base fine-tune,
-so a bad ``--option`` fails at once. ``methods.conformance.check_option_constraints`` (run over every registered
+so a bad ``--option`` fails at once. ``headprune_bench.methods.conformance.check_option_constraints`` (run over every registered
 method by the test suite) asserts that every numeric and string option has a declared constraint and that a value
 just outside each interval is refused.
 """

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult
-from methods.options import Interval
-from methods.registry import register
+from headprune_bench.methods.base import HeadPruner, PruningContext, PruningResult
+from headprune_bench.methods.options import Interval
+from headprune_bench.methods.registry import register
 
 
 @register

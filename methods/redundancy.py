@@ -36,16 +36,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
-from methods.attention import attention_maps
-from methods.base import HeadPruner, PruningContext, PruningResult
-from methods.heads import LAYOUTS, get_layout
-from methods.options import Interval, OptionError
-from methods.registry import register
+from headprune_bench.methods.attention import attention_maps
+from headprune_bench.methods.base import HeadPruner, PruningContext, PruningResult
+from headprune_bench.methods.heads import LAYOUTS, get_layout
+from headprune_bench.methods.options import Interval, OptionError
+from headprune_bench.methods.registry import register
 
 DISTANCES = ("js", "cosine")
 LINKAGES = ("average", "complete", "single", "weighted")
@@ -105,7 +106,7 @@ def pairwise_head_distances(attn: torch.Tensor, distance: str = "js",
 
     Args:
         attn: ``[L, B, H, T, T]`` attention probabilities (rows sum to 1), as from
-            :func:`methods.attention.attention_maps`.
+            :func:`headprune_bench.methods.attention.attention_maps`.
         distance: ``"js"`` (Jensen-Shannon distance, bits, in [0, 1]) or ``"cosine"`` (``1 - cos``, in [0, 1]
             for non-negative rows).
         query_mask: optional ``[B, T]`` 1 for the query rows to count (default: all rows).
@@ -200,7 +201,8 @@ def cluster_medoid_mask(matrix: torch.Tensor, num_keep: int, num_layers: int, nu
     Raises:
         ValueError: bad shape, ``num_keep`` out of range, or unknown linkage.
     """
-    from scipy.cluster.hierarchy import cut_tree, linkage as scipy_linkage
+    from scipy.cluster.hierarchy import cut_tree
+    from scipy.cluster.hierarchy import linkage as scipy_linkage
     from scipy.spatial.distance import squareform
 
     n = num_layers * num_heads
@@ -311,7 +313,7 @@ class RedundancyPruner(HeadPruner):
 
         Raises:
             OptionError: ``seq_length`` above the tokens the model's position embeddings take (its family's
-                :meth:`~methods.heads.layout.HeadLayout.max_tokens`: ``max_position_embeddings``, fewer for
+                :meth:`~headprune_bench.methods.heads.layout.HeadLayout.max_tokens`: ``max_position_embeddings``, fewer for
                 RoBERTa).
         """
         super().check_setup(num_layers, num_heads, target_heads, model_config)

@@ -1,4 +1,4 @@
-"""Registry of pruning methods: name -> :class:`~methods.base.HeadPruner` subclass.
+"""Registry of pruning methods: name -> :class:`~headprune_bench.methods.base.HeadPruner` subclass.
 
 Built-in methods register themselves with the :func:`register` decorator in their own module of this package;
 every module of the package is imported on first use, so adding a method takes one new file and no edit
@@ -11,9 +11,10 @@ import difflib
 import importlib
 import importlib.metadata
 import pkgutil
+from pathlib import Path
 from typing import Any
 
-from methods.base import HeadPruner
+from headprune_bench.methods.base import HeadPruner
 
 ENTRY_POINT_GROUP = "headprune_bench.methods"
 
@@ -53,12 +54,10 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    import methods
-
-    for info in pkgutil.iter_modules(methods.__path__):
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if info.name.startswith("_"):
             continue
-        importlib.import_module(f"methods.{info.name}")
+        importlib.import_module(f"{__package__}.{info.name}")
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         cls = ep.load()
         register(cls)
@@ -78,7 +77,7 @@ def shipped_methods() -> dict[str, type[HeadPruner]]:
     imported first."""
     _discover()
     return {name: cls for name, cls in available_methods().items()
-            if cls.__module__.split(".")[0] == "methods" or _SOURCES.get(name, "").startswith("entry point")}
+            if cls.__module__.startswith("headprune_bench.methods.") or _SOURCES.get(name, "").startswith("entry point")}
 
 
 def in_methods_all(cls: type[HeadPruner]) -> bool:

@@ -5,7 +5,7 @@ ICLR 2018). Equations below are written from the official code (lena-voita/the-s
 shared/reference/methods.md §5); the paper texts were not available, so no equation numbers are cited.
 
 Every head h gets a scalar gate g_h that multiplies its output before the attention output projection (official
-``lib/layers/attn.py::MultiHeadAttnConcrete``; here through :func:`methods.heads.apply_head_mask`). The gate is a
+``lib/layers/attn.py::MultiHeadAttnConcrete``; here through :func:`headprune_bench.methods.heads.apply_head_mask`). The gate is a
 stretched and clipped binary-concrete ("hard concrete", Louizos et al.) variable with one parameter ``log_a`` per
 head (official ``lib/layers/concrete_gate.py``):
 
@@ -36,7 +36,7 @@ Choices (shared/reference/methods.md §5), each a named option:
   the base model frozen (the DSP port's ``run_voita.py`` default): a named variant.
 * ``fold_gates`` -- True (default): Voita's network at test time multiplies each head by its deterministic gate,
   which may be fractional; the returned re-trained model has those gate values folded into its value rows
-  (:func:`methods.heads.scale_value_heads`, exact), so evaluated with the 0/1 mask it is that network (a head
+  (:func:`headprune_bench.methods.heads.scale_value_heads`, exact), so evaluated with the 0/1 mask it is that network (a head
   reopened by the completion to K, gate 0, stays whole). The trace
   counts the kept heads whose gate is fractional (``fractional_gates``): on the base weights the mask keeps them
   whole.
@@ -60,7 +60,7 @@ Choices (shared/reference/methods.md §5), each a named option:
   False for that variant). With ``selection="topk"`` the result always prunes exactly K heads. Without a target
   the method runs once at ``l0_lambda`` and decides the count itself (it can then set a matched budget).
 
-Training [INFERRED where the sources are silent; the loop is shared with DSP, :mod:`methods.gates`]: a deep copy
+Training [INFERRED where the sources are silent; the loop is shared with DSP, :mod:`headprune_bench.methods.gates`]: a deep copy
 of the base model, in train mode (dropout on, as in the official Trainer), on ``mini_train`` batches (shuffled,
 seeded); AdamW (betas 0.9/0.999, eps 1e-8) with the gates in their own group at ``gate_lr`` (0.1, the DSP port's
 ``--pruning_lr``) and, when joint, the model at ``lr`` (2e-5); linear decay of both learning rates to 0 without
@@ -94,15 +94,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
-from methods.gates import EarlyStopping, GateRecipe, GateStep, plan_steps, run_gate_training, trainable_copy
-from methods.hard_concrete import (REDUCTIONS, SELECTIONS, close_threshold, deterministic_gates, gate_counts,  # noqa: F401
-                                   hard_concrete, l0_penalty, max_travel, prob_fully_open, prob_open, prune_threshold,
-                                   sample_gates, select_heads)
-from methods.heads import HeadMask, scale_value_heads
-from methods.options import Interval
-from methods.registry import register
-
+from headprune_bench.methods.base import HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
+from headprune_bench.methods.gates import (
+    EarlyStopping,
+    GateRecipe,
+    GateStep,
+    plan_steps,
+    run_gate_training,
+    trainable_copy,
+)
+from headprune_bench.methods.hard_concrete import (  # noqa: F401
+    REDUCTIONS,
+    SELECTIONS,
+    close_threshold,
+    deterministic_gates,
+    gate_counts,
+    hard_concrete,
+    l0_penalty,
+    max_travel,
+    prob_fully_open,
+    prob_open,
+    prune_threshold,
+    sample_gates,
+    select_heads,
+)
+from headprune_bench.methods.heads import HeadMask, scale_value_heads
+from headprune_bench.methods.options import Interval
+from headprune_bench.methods.registry import register
 
 # --------------------------------------------------------------------------------------------- training
 
@@ -145,9 +163,9 @@ def dev_objective(work: nn.Module, context: PruningContext, heads: HeadMask, log
 def train_gates(model: nn.Module, context: PruningContext, options: dict[str, Any], lam: float,
                 salt: int = 0) -> dict[str, Any]:
     """One gate-training run at penalty ``lam`` on a deep copy of ``model``: the shared loop
-    (:func:`methods.gates.run_gate_training`) with hard-concrete samples (:func:`sample_gates`), the objective
+    (:func:`headprune_bench.methods.gates.run_gate_training`) with hard-concrete samples (:func:`sample_gates`), the objective
     ``cross-entropy + lam * R`` (:func:`l0_penalty`) and, with ``early_stopping``, the best state by
-    :func:`dev_objective` (:class:`methods.gates.EarlyStopping`; its history also records ``closed``, the number of
+    :func:`dev_objective` (:class:`headprune_bench.methods.gates.EarlyStopping`; its history also records ``closed``, the number of
     deterministic gates at 0).
 
     Args:

@@ -2,7 +2,7 @@
 subprocess can register them too (``python -c "import parallel_methods; ..."`` with ``tests/`` on the path).
 
 Ray workers cannot import this module (``tests/`` is not on their path); it is pickled by value, so its classes
-travel to the workers inside :class:`~benchmark.cell_work.CellWork`, as a user's own registered method would.
+travel to the workers inside :class:`~headprune_bench.benchmark.cells.work.CellWork`, as a user's own registered method would.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import warnings
 import torch
 from ray import cloudpickle  # the cloudpickle Ray serialises with
 
-from methods import HeadPruner, PruningResult, register
+from headprune_bench.methods import HeadPruner, PruningResult, register
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 
-from benchmark.runner import Runner, make_run_config
-from methods import HeadPruner, PruningResult, register
+from headprune_bench.benchmark.run.runner import Runner, make_run_config
+from headprune_bench.methods import HeadPruner, PruningResult, register
+
 
 @register
 class SelfBudgeted(HeadPruner):

@@ -11,18 +11,32 @@ import random
 import numpy as np
 import pytest
 import torch
-
-import methods
-from methods.auber import AuberPruner
-from methods.auber.dqn import (DQNConfig, LayerSearch, QNetwork, ReplayMemory, Transition, epsilon, greedy_action,
-                               optimize, select_action)
-from methods.auber.rewards import (FastScorer, FastScorerUnsupported, Memo, NaiveScorer, layer_mask,
-                                   length_sorted_batches)
-from methods.auber.state import head_norms, layer_state, standardize, state_from_norms
-from methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
-from methods.heads import apply_head_mask, get_layout
 from tolerances import assert_within, bert_path_terms, logit_scale, rounding_tolerance
 
+from headprune_bench import methods
+from headprune_bench.methods.auber import AuberPruner
+from headprune_bench.methods.auber.dqn import (
+    DQNConfig,
+    LayerSearch,
+    QNetwork,
+    ReplayMemory,
+    Transition,
+    epsilon,
+    greedy_action,
+    optimize,
+    select_action,
+)
+from headprune_bench.methods.auber.rewards import (
+    FastScorer,
+    FastScorerUnsupported,
+    Memo,
+    NaiveScorer,
+    layer_mask,
+    length_sorted_batches,
+)
+from headprune_bench.methods.auber.state import head_norms, layer_state, standardize, state_from_norms
+from headprune_bench.methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
+from headprune_bench.methods.heads import apply_head_mask, get_layout
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -405,7 +419,7 @@ def test_fine_tunes_get_the_layer_mini_train_and_the_final_early_stopping(monkey
 @pytest.mark.slow
 def test_speed_script_runs_on_mrpc(glue_dir):
     """The speed benchmark on a few MRPC examples with the packaged MiniLM (timings are not checked)."""
-    from benchmark import auber_speed
+    from headprune_bench.benchmark.tools import auber_speed
 
     summary = auber_speed.main(["--task", "mrpc", "--glue-dir", str(glue_dir), "--examples", "12", "--episodes", "2",
                                 "--layers", "4,5", "--threads", "1"])
@@ -463,7 +477,7 @@ def test_options_given_for_auber_reach_its_ablations_but_never_the_options_that_
     """`--option auber.X` sizes AUBER's ablations alike (the null-reward control must search as AUBER does for its
     count to mean anything), below the ablation's own `--option`; an option that defines the ablation
     (auber-null's reward_control, auber-l2's norm) is never overwritten by AUBER's."""
-    from benchmark.run_config import make_run_config
+    from headprune_bench.benchmark.config.run import make_run_config
 
     def options(given):
         cfg = make_run_config(out="unused", preset="quick", methods_spec="auber,auber-null,auber-l2", tasks_spec="mrpc",

@@ -12,13 +12,13 @@ import shutil
 
 import pytest
 import torch
-
-import methods
-from benchmark.runner import Runner, make_run_config
-from benchmark.store import RecordStore
-from methods.conformance import collate, synthetic_split, tiny_model
-from methods.heads import apply_head_mask, get_layout, remove_heads, zero_value_heads
 from tolerances import assert_within, bert_path_terms, float32_tolerance, rounding_tolerance
+
+from headprune_bench import methods
+from headprune_bench.benchmark.run.runner import Runner, make_run_config
+from headprune_bench.benchmark.store.jsonl import RecordStore
+from headprune_bench.methods.conformance import collate, synthetic_split, tiny_model
+from headprune_bench.methods.heads import apply_head_mask, get_layout, remove_heads, zero_value_heads
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

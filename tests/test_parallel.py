@@ -21,23 +21,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import parallel_methods
 import pytest
 import ray
 import torch
 from click.testing import CliRunner
-
-from methods.registry import in_methods_all, shipped_methods
-import parallel_methods
-from benchmark.cli import main
-from benchmark.config import ConfigError
-from benchmark.execution import resolve_execution
-from benchmark.provenance import machine_name
-from benchmark.records import BASE_DIFFERS, Record
-from benchmark.run_config import RAY_MISSING
-from benchmark.runner import Runner
-from benchmark.store import RecordStore
-from benchmark.time_limit import MARGIN, CellTimes
 from smoke_runs import kill_after_records, negate_classifier, run_smoke, smoke_config, stable
+
+from headprune_bench.benchmark.cli import main
+from headprune_bench.benchmark.config.presets import ConfigError
+from headprune_bench.benchmark.config.run import RAY_MISSING
+from headprune_bench.benchmark.execution.resolve import resolve_execution
+from headprune_bench.benchmark.execution.time_limit import MARGIN, CellTimes
+from headprune_bench.benchmark.provenance import machine_name
+from headprune_bench.benchmark.run.runner import Runner
+from headprune_bench.benchmark.store.jsonl import RecordStore
+from headprune_bench.benchmark.store.records import BASE_DIFFERS, Record
+from headprune_bench.methods.registry import in_methods_all, shipped_methods
 
 TESTS = Path(__file__).resolve().parent
 SETTER = parallel_methods.SlowSetter.name
@@ -113,7 +113,7 @@ def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run
     assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in parallel} == {(machine_name("cpu"), 1)}
     info = json.loads((out / "base" / "wnli-seed0" / "train_info.json").read_text())
     assert (info["machine"], info["threads"]) == (machine_name("cpu"), 1)
-    # the machine the time limit estimates this run's cells for (rule 1 of benchmark.time_limit) is the one its
+    # the machine the time limit estimates this run's cells for (rule 1 of headprune_bench.benchmark.execution.time_limit) is the one its
     # records name
     assert resolve_execution(smoke_config(out, glue_dir, workers=2)).machine() == (machine_name("cpu"), 1)
     plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
@@ -215,7 +215,7 @@ def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, seri
     """A `bench run` driver on this module's Ray cluster (--ray-address) killed with SIGKILL after a few records,
     then rerun: nothing finished is lost or computed again, and the records equal the serial run's."""
     out = tmp_path / "killed"
-    code = "import sys, parallel_methods; from benchmark.cli import main; sys.exit(main())"
+    code = "import sys, parallel_methods; from headprune_bench.benchmark.cli import main; sys.exit(main())"
     cmd = [sys.executable, "-c", code, "run", *CLI_RUN, "--ray-address", ray_address, "--data-dir", str(glue_dir),
            "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}

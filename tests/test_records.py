@@ -1,4 +1,4 @@
-"""The typed record and cell key (benchmark.records): one builder and parser of keys, and a reader that loads every
+"""The typed record and cell key (headprune_bench.benchmark.store.records): one builder and parser of keys, and a reader that loads every
 committed records.jsonl and writes back exactly what it read."""
 from __future__ import annotations
 
@@ -9,9 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmark.provenance import machine_name
-from benchmark.records import OWN, PRUNE_ONLY, RECOVER, WEIGHTS, CellKey, Record, layers_emptied, options_hash
-from benchmark.store import record_key
+from headprune_bench.benchmark.provenance import machine_name
+from headprune_bench.benchmark.store.jsonl import record_key
+from headprune_bench.benchmark.store.records import (
+    OWN,
+    PRUNE_ONLY,
+    RECOVER,
+    WEIGHTS,
+    CellKey,
+    Record,
+    layers_emptied,
+    options_hash,
+)
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 COMMITTED = sorted(RESULTS.glob("*/records.jsonl"))

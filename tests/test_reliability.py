@@ -23,20 +23,20 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from benchmark import store as store_mod
-from benchmark import tasks
-from benchmark.cli import main
-from benchmark.config import ConfigError, get_preset
-from benchmark.models import local_model_digest, model_revision
-from benchmark.records import BASE_DIFFERS
-from benchmark.report import ReportWarning, build_report
-from benchmark.run_config import MAX_SEED_COUNT, parse_seeds
-from benchmark.runner import Runner
-from benchmark.store import REJECTED, RecordStore, append_jsonl, scan_jsonl
-from benchmark.summary import markdown, summarize
-from methods import HeadPruner, Interval, OptionError, PruningResult, register
-from methods.conformance import check_option_constraints
-from methods.registry import shipped_methods
+from headprune_bench.benchmark import tasks
+from headprune_bench.benchmark.cli import main
+from headprune_bench.benchmark.config.presets import ConfigError, get_preset
+from headprune_bench.benchmark.config.run import MAX_SEED_COUNT, parse_seeds
+from headprune_bench.benchmark.models import local_model_digest, model_revision
+from headprune_bench.benchmark.report import ReportWarning, build_report
+from headprune_bench.benchmark.report.summary import markdown, summarize
+from headprune_bench.benchmark.run.runner import Runner
+from headprune_bench.benchmark.store import jsonl as store_mod
+from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, append_jsonl, scan_jsonl
+from headprune_bench.benchmark.store.records import BASE_DIFFERS
+from headprune_bench.methods import HeadPruner, Interval, OptionError, PruningResult, register
+from headprune_bench.methods.conformance import check_option_constraints
+from headprune_bench.methods.registry import shipped_methods
 
 sys.path.insert(0, str(Path(__file__).parent))
 from smoke_runs import SelfBudgeted, negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
@@ -433,7 +433,7 @@ def test_the_cached_base_folder_is_a_complete_hugging_face_folder(smoke):
 
 
 def tasks_model_path() -> str:
-    from benchmark.models import resolve_model
+    from headprune_bench.benchmark.models import resolve_model
 
     return resolve_model("minilm-l6")
 
@@ -441,7 +441,7 @@ def tasks_model_path() -> str:
 def test_save_pruned_writes_the_tokenizer_too(tmp_path):
     from transformers import AutoTokenizer
 
-    from methods.heads import load_pruned, remove_heads, save_pruned
+    from headprune_bench.methods.heads import load_pruned, remove_heads, save_pruned
 
     tokenizer = AutoTokenizer.from_pretrained(tasks_model_path())
     model = make_tiny()
@@ -452,7 +452,7 @@ def test_save_pruned_writes_the_tokenizer_too(tmp_path):
 
 
 def make_tiny():
-    from methods.conformance import tiny_model
+    from headprune_bench.methods.conformance import tiny_model
 
     return tiny_model(num_hidden_layers=2)
 
@@ -525,7 +525,7 @@ def test_infinite_and_inconsistent_options_are_refused_before_training(glue_dir,
 
 
 def test_the_same_local_model_named_two_ways_is_one_model_and_other_files_do_not_count(tmp_path):
-    from benchmark.models import normalize_model
+    from headprune_bench.benchmark.models import normalize_model
 
     model = _tiny_bert_folder(tmp_path / "m")
     assert normalize_model(str(model) + "/") == normalize_model(str(model)) == str(model.resolve())
@@ -696,7 +696,7 @@ def test_bench_run_prints_the_reports_warnings_as_plain_lines(smoke, glue_dir, t
     with open(folder / "records.jsonl", "a") as fh:  # a duplicated record: the summary and the report both warn
         fh.write(_lines(folder / "records.jsonl")[0])
     # a real process: pytest would capture Python's warnings before they reach stderr
-    res = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", "--preset", "smoke", "--tasks", "wnli",
+    res = subprocess.run([sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--tasks", "wnli",
                           "--methods", "random", "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress",
                           "--no-plots"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Tests of benchmark.report on synthetic run folders (records shaped like the runner's).
+"""Tests of headprune_bench.benchmark.report on synthetic run folders (records shaped like the runner's).
 
 One report with plots is built once per module (the slow part, a few seconds); the other tests run without plots.
 """
@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 from statsmodels.stats.multitest import multipletests
 
-from benchmark import stats
-from benchmark.report import ReportWarning, analyse, build_report, cells, load_runs, report_cmd
-from benchmark.report.tables import num as tables_num
-from benchmark.tasks import TASKS, compute_metrics, majority_baseline
+from headprune_bench.benchmark import stats
+from headprune_bench.benchmark.cli import report_cmd
+from headprune_bench.benchmark.report import ReportWarning, analyse, build_report, cells, load_runs
+from headprune_bench.benchmark.report.tables import num as tables_num
+from headprune_bench.benchmark.tasks import TASKS, compute_metrics, majority_baseline
 
 LAYERS, HEADS = 2, 4
 N_DEV = 60
@@ -673,8 +674,8 @@ def test_the_headline_table_comes_first_with_each_rows_weights_and_the_own_fine_
 
 
 def test_mask_heatmaps_leave_out_seeds_whose_base_model_failed(tmp_path):
-    from benchmark.report.load import load_runs
-    from benchmark.report.plots import _mask_panels
+    from headprune_bench.benchmark.report.load import load_runs
+    from headprune_bench.benchmark.report.plots import _mask_panels
 
     records = make_records(tasks=("mrpc",), seeds=(0, 1, 2), methods={"original": ["none"], "random": ["heads:3"]},
                            degenerate={("mrpc", 1, "original")})

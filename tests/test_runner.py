@@ -5,25 +5,23 @@ from __future__ import annotations
 import copy
 import json
 import os
-import warnings
 import subprocess
 import sys
-from pathlib import Path
+import warnings
 
 import pytest
-from click.testing import CliRunner
-
 import torch
-
-from benchmark import training
-from benchmark.cli import main
-from benchmark.config import ConfigError
-from benchmark.execution import resolve_execution
-from benchmark.provenance import machine_name
-from benchmark.runner import Runner
-from benchmark.store import RecordStore
-from methods import HeadPruner, PruningResult, register
+from click.testing import CliRunner
 from smoke_runs import SelfBudgeted, kill_after_records, run_smoke, smoke_config, stable
+
+from headprune_bench.benchmark import training
+from headprune_bench.benchmark.cli import main
+from headprune_bench.benchmark.config.presets import ConfigError
+from headprune_bench.benchmark.execution.resolve import resolve_execution
+from headprune_bench.benchmark.provenance import machine_name
+from headprune_bench.benchmark.run.runner import Runner
+from headprune_bench.benchmark.store.jsonl import RecordStore
+from headprune_bench.methods import HeadPruner, PruningResult, register
 
 METHODS = "random,confidence,michel"
 TASKS = "wnli,mrpc"
@@ -49,7 +47,7 @@ def smoke_run(tmp_path_factory, glue_dir):
 
 def test_records_carry_the_protocol_fields(smoke_run, glue_dir):
     records = RecordStore(smoke_run).records()
-    # the machine the time limit estimates a serial run's cells for (benchmark.time_limit) is the one they name
+    # the machine the time limit estimates a serial run's cells for (headprune_bench.benchmark.execution.time_limit) is the one they name
     assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in records} == {
         resolve_execution(smoke_config(smoke_run, glue_dir)).machine()}
     assert len(records) == 2 * 4  # 2 tasks x (original + 3 methods), 1 seed
@@ -86,7 +84,7 @@ def test_each_invocation_records_its_planned_cells(smoke_run):
 
 
 def test_git_dirty_check_leaves_out_the_run_folder(monkeypatch, tmp_path):
-    from benchmark import runner as runner_mod
+    from headprune_bench.benchmark import provenance
 
     calls = []
 
@@ -94,11 +92,10 @@ def test_git_dirty_check_leaves_out_the_run_folder(monkeypatch, tmp_path):
         calls.append(args)
         return subprocess.CompletedProcess(args, 0, stdout="abc\n" if args[1] == "rev-parse" else "", stderr="")
 
-    monkeypatch.setattr(runner_mod.subprocess, "run", fake_run)
-    root = Path(runner_mod.__file__).resolve().parents[1]
-    assert runner_mod._git_commit(root / "results" / "x") == "abc"
+    monkeypatch.setattr(provenance.subprocess, "run", fake_run)
+    assert provenance.git_commit(provenance.REPO_ROOT / "results" / "x") == "abc"
     assert calls[-1][-1] == ":(exclude)results/x"
-    assert runner_mod._git_commit(tmp_path) == "abc" and ":(exclude)" not in " ".join(calls[-1])  # outside the repo
+    assert provenance.git_commit(tmp_path) == "abc" and ":(exclude)" not in " ".join(calls[-1])  # outside the repo
 
 
 def test_rerun_does_no_new_work(smoke_run, glue_dir, monkeypatch):
@@ -169,8 +166,8 @@ def test_incomplete_last_line_is_repaired(tmp_path):
 def test_store_writes_a_record_as_its_dict_and_keys_first_schema_records_by_cell_key(tmp_path):
     """RecordStore.add takes a Record and writes record.to_dict(); record_key builds a first-schema record's key
     with CellKey (no opts part), as Record.from_dict migrates it."""
-    from benchmark.records import CellKey, Record
-    from benchmark.store import record_key
+    from headprune_bench.benchmark.store.jsonl import record_key
+    from headprune_bench.benchmark.store.records import CellKey, Record
 
     old = {"task": "wnli", "seed": 0, "method": "random", "condition": "prune-only", "score": 0.5,
            "primary_metric": "accuracy", "budget": {"spec": "fraction:0.3", "achieved": 4}}
@@ -214,7 +211,7 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, t
     """A real `bench run` process killed with SIGKILL mid-run, then rerun, gives the same records (masks,
     predictions, metrics) as the uninterrupted run in another process: resume and determinism in one test."""
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS, "--tasks", TASKS,
+    cmd = [sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS, "--tasks", TASKS,
            "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress", "--no-recover"]
     records = out / "records.jsonl"
     n_before = kill_after_records(cmd, records, 5, timeout_s=300)

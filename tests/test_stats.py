@@ -1,4 +1,4 @@
-"""Tests of benchmark.stats against values computed independently (definitions, closed forms, statsmodels).
+"""Tests of headprune_bench.benchmark.stats against values computed independently (definitions, closed forms, statsmodels).
 
 Fast: the whole file runs in a few seconds (small bootstrap sizes where the property allows).
 """
@@ -14,8 +14,8 @@ from scipy import stats as sps
 from sklearn.metrics import matthews_corrcoef
 from statsmodels.stats.multitest import multipletests
 
-from benchmark import stats
-from benchmark.tasks import compute_metrics
+from headprune_bench.benchmark import stats
+from headprune_bench.benchmark.tasks import compute_metrics
 
 
 def exact_p_by_definition(diffs) -> float:

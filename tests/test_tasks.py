@@ -1,4 +1,4 @@
-"""Tests of benchmark.tasks: task registry, GLUE loaders, metrics and baselines.
+"""Tests of headprune_bench.benchmark.tasks: task registry, GLUE loaders, metrics and baselines.
 
 Real-data tests read the GLUE files at $GLUE_DIR, else at ../shared/data/glue
 (relative to the repository); they are skipped only when that folder is absent.
@@ -16,8 +16,8 @@ import datasets
 import numpy as np
 import pytest
 
-from benchmark import tasks
-from benchmark.tasks import (
+from headprune_bench.benchmark import tasks
+from headprune_bench.benchmark.tasks import (
     TASK_GROUPS,
     TASKS,
     DataError,

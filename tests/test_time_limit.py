@@ -1,4 +1,4 @@
-"""``--time-limit`` (benchmark.time_limit): durations, the estimates read from a folder's records, the fit rule.
+"""``--time-limit`` (headprune_bench.benchmark.execution.time_limit): durations, the estimates read from a folder's records, the fit rule.
 The runs that use it (serial and on Ray) are tested in test_parallel.py."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from benchmark.cli import main
-from benchmark.config import ConfigError
-from benchmark.status_board import StatusBoard
-from benchmark.time_limit import MARGIN, CellTimes, MachineTimes, TimeLimit, machine_of, parse_duration
+from headprune_bench.benchmark.cli import main
+from headprune_bench.benchmark.config.presets import ConfigError, parse_duration
+from headprune_bench.benchmark.execution.ray.status_board import StatusBoard
+from headprune_bench.benchmark.execution.time_limit import MARGIN, CellTimes, MachineTimes, TimeLimit, machine_of
 
 
 @pytest.mark.parametrize("text, seconds", [("2h30m", 9000), ("90m", 5400), ("1.5h", 5400), ("45m30s", 2730),
@@ -354,6 +354,6 @@ def test_the_status_board_module_imports_neither_torch_nor_transformers():
     """Ray starts a fresh process for each run's board actor, which imports the board's module and, to unpickle
     the run's limit, the time limit's: without torch it is ready in about a second, not the 5-20 s of importing
     torch before the run's first task may start."""
-    code = "import sys, benchmark.status_board, benchmark.time_limit; print(sorted({'torch', 'transformers', 'ray'} & set(sys.modules)))"
+    code = "import sys, headprune_bench.benchmark.execution.ray.status_board, headprune_bench.benchmark.execution.time_limit; print(sorted({'torch', 'transformers', 'ray'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tolerances import bert_path_terms, logit_scale, rounding_tolerance
 from transformers import AlbertConfig, BertConfig, BertForSequenceClassification, DataCollatorWithPadding
 
-from benchmark import models, tasks, training
-from benchmark.config import ConfigError, parse_budget
-from methods.heads import UnsupportedArchitectureError, get_layout
-from tolerances import bert_path_terms, logit_scale, rounding_tolerance
+from headprune_bench.benchmark import models, tasks, training
+from headprune_bench.benchmark.config.presets import ConfigError, parse_budget
+from headprune_bench.methods.heads import UnsupportedArchitectureError, get_layout
 
 CPU = torch.device("cpu")
 
@@ -152,7 +152,7 @@ def test_unreachable_hub_model_names_the_option(monkeypatch):
     """Offline, a hub name that is not cached fails fast with an error that names --model and the way out."""
     import huggingface_hub.constants
 
-    from benchmark import models
+    from headprune_bench.benchmark import models
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError, match=r"--model nobody/no-such-model: cannot load its configuration(.|\n)*minilm-l6"):
@@ -179,7 +179,7 @@ def test_bf16_autocast_is_on_only_when_asked_and_unknown_values_are_refused():
     with pytest.raises(ValueError, match="--precision 'fp16': expected one of fp32, bf16"):
         training.autocast(CPU, "fp16")
     with pytest.raises(ConfigError, match="--precision 'tf32'"):
-        from benchmark.runner import make_run_config
+        from headprune_bench.benchmark.run.runner import make_run_config
 
         make_run_config(out="x", preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=None,
                         budget=None, device="cpu", data_dir=None, recover=False, precision="tf32")
@@ -201,7 +201,8 @@ def test_precision_is_part_of_the_experiment_and_fp32_folders_keep_their_hash(gl
     import json
 
     from smoke_runs import smoke_config
-    from benchmark.runner import Runner
+
+    from headprune_bench.benchmark.run.runner import Runner
 
     Runner(smoke_config(tmp_path / "fp32", glue_dir)).close()
     stored = json.loads((tmp_path / "fp32" / "run.json").read_text())

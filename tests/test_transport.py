@@ -1,4 +1,4 @@
-"""Models crossing a process boundary (``benchmark.transport``): a model unpacked in a fresh process gives the same
+"""Models crossing a process boundary (``headprune_bench.benchmark.execution.ray.transport``): a model unpacked in a fresh process gives the same
 logits and attention maps as the original, physically removed heads included.
 
 Why it matters: a transformers-5 model unpickled in a process that never constructed its class answers
@@ -21,9 +21,9 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark.transport import ModelParcel, unpack
-from methods.attention import attention_maps
-from methods.heads import remove_heads
+from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpack
+from headprune_bench.methods.attention import attention_maps
+from headprune_bench.methods.heads import remove_heads
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,10 +53,10 @@ def _outputs(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
 
 _CHILD = textwrap.dedent("""
     import pickle, sys, torch
-    from methods.attention import attention_maps
+    from headprune_bench.methods.attention import attention_maps
     sys.path.insert(0, sys.argv[3])
     from test_transport import _outputs
-    from benchmark.transport import unpack
+    from headprune_bench.benchmark.execution.ray.transport import unpack
     with open(sys.argv[1], "rb") as f:
         model = unpack(pickle.load(f))
     logits, attn = _outputs(model)

@@ -1,6 +1,6 @@
 """Voita's L0 gates, differentiable subset pruning (DSP) and zero-shot redundancy pruning (issue 4).
 
-Everything runs on tiny random BERTs (methods.conformance.tiny_model) with small training lengths.
+Everything runs on tiny random BERTs (headprune_bench.methods.conformance.tiny_model) with small training lengths.
 """
 from __future__ import annotations
 
@@ -12,18 +12,42 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import methods
-from methods.conformance import CLS, SEP, check_pruner, collate, synthetic_context, tiny_model
-from methods.dsp import (TINY, gumbel_noise, gumbel_soft_top_k, hard_top_k, soft_top_k, ste_top_k, temperature)
-from methods.base import lowest_k_mask
-from methods.heads import apply_head_mask, get_layout, scale_value_heads
-from methods.redundancy import (clear_cache, cluster_medoid_mask, model_digest, pairwise_head_distances,
-                                random_token_batches, redundancy_matrix)
-from methods.voita import (VoitaPruner, close_threshold, deterministic_gates, gate_counts, hard_concrete, l0_penalty,
-                           max_travel, prob_fully_open, prob_open, prune_threshold, sample_gates, select_heads,
-                           train_gates)
-
-
+from headprune_bench import methods
+from headprune_bench.methods.base import lowest_k_mask
+from headprune_bench.methods.conformance import CLS, SEP, check_pruner, collate, synthetic_context, tiny_model
+from headprune_bench.methods.dsp import (
+    TINY,
+    gumbel_noise,
+    gumbel_soft_top_k,
+    hard_top_k,
+    soft_top_k,
+    ste_top_k,
+    temperature,
+)
+from headprune_bench.methods.heads import apply_head_mask, get_layout, scale_value_heads
+from headprune_bench.methods.redundancy import (
+    clear_cache,
+    cluster_medoid_mask,
+    model_digest,
+    pairwise_head_distances,
+    random_token_batches,
+    redundancy_matrix,
+)
+from headprune_bench.methods.voita import (
+    VoitaPruner,
+    close_threshold,
+    deterministic_gates,
+    gate_counts,
+    hard_concrete,
+    l0_penalty,
+    max_travel,
+    prob_fully_open,
+    prob_open,
+    prune_threshold,
+    sample_gates,
+    select_heads,
+    train_gates,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -507,7 +531,7 @@ def test_redundancy_is_labelled_a_reconstruction_and_checks_its_inputs():
 
 def _stopper_run(objectives, fractional, allowed, patience=2):
     """Feed EarlyStopping one evaluation per step; returns (stopper, the step that asked to stop or None)."""
-    from methods.gates import EarlyStopping, GateStep
+    from headprune_bench.methods.gates import EarlyStopping, GateStep
 
     gates = torch.zeros(1, 2)
     values = iter(zip(objectives, fractional))

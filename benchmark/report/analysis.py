@@ -32,16 +32,17 @@ Choices where the issue is silent:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from benchmark import stats
-from benchmark.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
-from benchmark.report.load import RunData
-from benchmark.report.units import Unit, sorted_units, task_key
+from headprune_bench.benchmark import stats
+from headprune_bench.benchmark.report.load import RunData
+from headprune_bench.benchmark.report.units import Unit, sorted_units, task_key
+from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
            "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "pairwise_pairs",
@@ -106,7 +107,7 @@ class UnitStats:
 
 @dataclass
 class PairedStats:
-    """Seed-level statistics of one paired comparison ``target - reference`` (:func:`benchmark.stats.compare`):
+    """Seed-level statistics of one paired comparison ``target - reference`` (:func:`headprune_bench.benchmark.stats.compare`):
     differences, bootstrap CI and means in percent points, ``p_exact`` the sign-flip p (not adjusted)."""
 
     n: int
@@ -128,8 +129,8 @@ class PairedStats:
     notes: str
 
     @classmethod
-    def of(cls, values: dict[str, Any]) -> "PairedStats":
-        """From :func:`benchmark.stats.compare`'s dict (keys it adds later are ignored)."""
+    def of(cls, values: dict[str, Any]) -> PairedStats:
+        """From :func:`headprune_bench.benchmark.stats.compare`'s dict (keys it adds later are ignored)."""
         return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
@@ -408,7 +409,7 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
     """Statistics of every (task, condition group) in ``data``, tasks in report order; Holm within each group.
 
     Args:
-        data: the loaded runs (:func:`benchmark.report.load.load_runs`).
+        data: the loaded runs (:func:`headprune_bench.benchmark.report.load.load_runs`).
         against: reference method names, or ``"all"`` for every pair of rows (:func:`comparison_pairs`).
         n_boot: bootstrap replicates over seeds; ``n_boot_examples``: of the two-level bootstrap; ``seed``: their
             RNG seed (the same for every comparison).

@@ -1,17 +1,17 @@
 """``build_report``: load, analyse, tabulate, plot, write. Every step is a call into one module of the package."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import click
 
-from benchmark.records import CONTROL_NAME, ORIGINAL
-from benchmark.report import cells, document, speed, tables
-from benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
-from benchmark.report.crosstask import cross_task_summary
-from benchmark.report.load import RunData, load_runs, warn
-from benchmark.report.plots import make_plots, palette
+from headprune_bench.benchmark.report import cells, document, speed, tables  # submodules
+from headprune_bench.benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
+from headprune_bench.benchmark.report.crosstask import cross_task_summary
+from headprune_bench.benchmark.report.load import RunData, load_runs, warn
+from headprune_bench.benchmark.report.plots import make_plots, palette
+from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL
 
 FORMATS = ("md", "csv", "tex")
 

@@ -1,5 +1,5 @@
 """Per-cell views of the loaded runs, as numeric frames: missing and failed cells, option sets, cost per cell,
-wall seconds per (task, seed). Cell keys are parsed with :class:`benchmark.records.CellKey` only.
+wall seconds per (task, seed). Cell keys are parsed with :class:`headprune_bench.benchmark.store.records.CellKey` only.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmark.records import CellKey
-from benchmark.report.load import RunData, opts_of, parse_key, without_opts
-from benchmark.report.units import sorted_methods, sorted_units, task_key
-from benchmark.run_folder import BASE_DIR, base_train_infos
+from headprune_bench.benchmark.report.load import RunData, opts_of, parse_key, without_opts
+from headprune_bench.benchmark.report.units import sorted_methods, sorted_units, task_key
+from headprune_bench.benchmark.store.folder import BASE_DIR, base_train_infos
+from headprune_bench.benchmark.store.records import CellKey
 
 OTHER_OPTIONS = "ran with other options"
 """Status of a planned cell that has a record only under another options hash of its method."""
@@ -163,7 +163,7 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
 
 def base_walls(data: RunData) -> dict[str, float]:
     """Wall seconds of each base fine-tune by ``task/seed`` column (``mrpc/s0``), from the ``train_info.json``
-    files of the run folders' ``base/`` (:func:`benchmark.run_folder.base_train_infos`; the first folder's where
+    files of the run folders' ``base/`` (:func:`headprune_bench.benchmark.store.folder.base_train_infos`; the first folder's where
     several have one); a file without a number ``wall_s`` is left out."""
     walls: dict[str, float] = {}
     for folder in data.folders:

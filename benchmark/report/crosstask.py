@@ -1,5 +1,5 @@
 """Cross-task summary numbers: per unit, its mean score on each task and its mean difference vs original, and the
-averages over the tasks not in :data:`~benchmark.report.units.EXCLUDED_FROM_AVERAGE` (WNLI).
+averages over the tasks not in :data:`~headprune_bench.benchmark.report.units.EXCLUDED_FROM_AVERAGE` (WNLI).
 
 Every number leaves out the base-failed (task, seed) pairs (the unpruned base model of that seed is degenerate,
 so pruning it says nothing; protocol.md §6), as the per-task tables do: a task's number is the mean
@@ -9,14 +9,14 @@ the averages. The cross-task average of a unit is over the averaged tasks it has
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from benchmark.records import ORIGINAL
-from benchmark.report.analysis import GroupResult
-from benchmark.report.units import EXCLUDED_FROM_AVERAGE, Unit, sorted_units, task_key
+from headprune_bench.benchmark.report.analysis import GroupResult
+from headprune_bench.benchmark.report.units import EXCLUDED_FROM_AVERAGE, Unit, sorted_units, task_key
+from headprune_bench.benchmark.store.records import ORIGINAL
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The report's documents: ``report.md`` (sections of text around the tables of :mod:`benchmark.report.tables`)
+"""The report's documents: ``report.md`` (sections of text around the tables of :mod:`headprune_bench.benchmark.report.tables`)
 and ``tables.tex`` (the same tables as booktabs floats). Each ``*_section`` function returns Markdown lines,
 joined with newlines by :func:`markdown`.
 """
@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmark import stats
-from benchmark.records import PRUNE_ONLY
-from benchmark.report import tables
-from benchmark.report.analysis import NULL_CONTROL, SUPERSEDED, GroupResult
-from benchmark.report.cells import OTHER_OPTIONS
-from benchmark.report.crosstask import CrossTaskSummary
-from benchmark.report.load import RunData
-from benchmark.report.units import task_label
-from benchmark.store import REJECTED
+from headprune_bench.benchmark import stats
+from headprune_bench.benchmark.report import tables
+from headprune_bench.benchmark.report.analysis import NULL_CONTROL, SUPERSEDED, GroupResult
+from headprune_bench.benchmark.report.cells import OTHER_OPTIONS
+from headprune_bench.benchmark.report.crosstask import CrossTaskSummary
+from headprune_bench.benchmark.report.load import RunData
+from headprune_bench.benchmark.report.units import task_label
+from headprune_bench.benchmark.store.jsonl import REJECTED
+from headprune_bench.benchmark.store.records import PRUNE_ONLY
 
 TEX_HEADER = ("% bench report tables; needs \\usepackage{booktabs}. Wide tables: wrap the tabular in "
               "\\resizebox{\\textwidth}{!}{...} (graphicx) or use table*.\n")
@@ -177,7 +177,7 @@ def plots_section(paths: list[Path]) -> list[str]:
 
 
 def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: list[str] | None = None) -> str:
-    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`benchmark.report.speed`), if any."""
+    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`headprune_bench.benchmark.report.speed`), if any."""
     md = header_section(data, results) + task_sections(results) + option_sets_section(frames.option_sets)
     if results:
         md += summary_sections(frames, results)

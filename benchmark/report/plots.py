@@ -1,23 +1,32 @@
 """Plots of the report, PNG (200 dpi) and PDF (no creation date: the same records give byte-identical files).
 
 Scores are percent points (MCC x 100); score error bars are Student-t 95% CIs of the mean over seeds. Every
-method has one colour (:func:`benchmark.report.units.method_color`) and one marker in every plot.
+method has one colour (:func:`headprune_bench.benchmark.report.units.method_color`) and one marker in every plot.
 """
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from benchmark.records import CONTROL_NAME, METRIC_AXIS, ORIGINAL, PRUNE_ONLY, RECOVER
-from benchmark.report.analysis import GroupResult, base_failed_seeds
-from benchmark.report.load import RunData, warn
-from benchmark.report.tables import num
-from benchmark.report.units import (CONDITION_SUFFIX, Unit, method_color, short_budget, sorted_methods, sorted_units,
-                                    task_key, task_label)
+from headprune_bench.benchmark.report.analysis import GroupResult, base_failed_seeds
+from headprune_bench.benchmark.report.load import RunData, warn
+from headprune_bench.benchmark.report.tables import num
+from headprune_bench.benchmark.report.units import (
+    CONDITION_SUFFIX,
+    Unit,
+    method_color,
+    short_budget,
+    sorted_methods,
+    sorted_units,
+    task_key,
+    task_label,
+)
+from headprune_bench.benchmark.store.records import CONTROL_NAME, METRIC_AXIS, ORIGINAL, PRUNE_ONLY, RECOVER
 
 MARKER_CYCLE = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 _RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
@@ -32,7 +41,7 @@ def palette(data: RunData) -> tuple[dict[str, str], dict[str, str]]:
             {n: MARKER_CYCLE[i % len(MARKER_CYCLE)] for i, n in enumerate(names)})
 
 
-def _save(fig, folder: Path, name: str) -> list[Path]:
+def save_figure(fig, folder: Path, name: str) -> list[Path]:
     out = []
     for ext in ("png", "pdf"):
         path = folder / f"{name}.{ext}"
@@ -42,7 +51,7 @@ def _save(fig, folder: Path, name: str) -> list[Path]:
     return out
 
 
-def _new_figure(width: float, height: float):
+def new_figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -99,7 +108,7 @@ def plot_scores(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Pa
     bars = [u for u in r.units if u.name not in (ORIGINAL, CONTROL_NAME)]
     if not bars:
         return []
-    fig = _new_figure(min(7.0, max(3.3, 1.2 + 0.42 * len(bars))), 2.5)
+    fig = new_figure(min(7.0, max(3.3, 1.2 + 0.42 * len(bars))), 2.5)
     ax = fig.add_subplot()
     values = _score_points(ax, r, bars, colors)
     for name, style in _REFERENCE_LINES:
@@ -124,7 +133,7 @@ def plot_scores(r: GroupResult, folder: Path, colors: dict[str, str]) -> list[Pa
     fig.legend(loc="outside lower center", frameon=False, ncol=3)
     ax.grid(axis="y", linewidth=0.3, alpha=0.6, zorder=0)
     ax.set_xlim(-0.6, len(bars) - 0.4)
-    return _save(fig, folder, _stem("scores", r))
+    return save_figure(fig, folder, _stem("scores", r))
 
 
 def _sweep_lines(r: GroupResult) -> dict[tuple[str, str, str], list[Unit]]:
@@ -163,7 +172,7 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
     lines = _sweep_lines(r)
     if not any(len(us) >= 2 for us in lines.values()):
         return []
-    fig = _new_figure(5.0, 2.6)
+    fig = new_figure(5.0, 2.6)
     ax = fig.add_subplot()
     sets_of: dict[str, list[str]] = {}
     for name, _cond, opts in lines:
@@ -187,10 +196,10 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
     fig.suptitle(f"{_title(r)}: score vs heads pruned (mean, 95% CI, n = {len(r.seeds)})", fontsize=9)
     fig.legend(loc="outside right center", frameon=False)
     ax.grid(linewidth=0.3, alpha=0.6)
-    return _save(fig, folder, _stem("sweep", r))
+    return save_figure(fig, folder, _stem("sweep", r))
 
 
-def _grid(fig, n: int, max_cols: int, **kwargs: Any):
+def panel_grid(fig, n: int, max_cols: int, **kwargs: Any):
     """A grid of ``n`` panels, at most ``max_cols`` wide; the unused panels hidden."""
     ncols = min(max_cols, n)
     axes = fig.subplots(math.ceil(n / ncols), ncols, squeeze=False, **kwargs)
@@ -226,8 +235,8 @@ def plot_masks(data: RunData, task: str, folder: Path) -> list[Path]:
     ncols, nrows = min(4, n), math.ceil(n / min(4, n))
     layers, heads = panels[0][1].shape
     panel_w = 1.6
-    fig = _new_figure(min(7.0, 0.6 + panel_w * ncols), 0.5 + nrows * max(1.3, panel_w * layers / max(heads, 1)))
-    axes = _grid(fig, n, 4, sharex=True, sharey=True)
+    fig = new_figure(min(7.0, 0.6 + panel_w * ncols), 0.5 + nrows * max(1.3, panel_w * layers / max(heads, 1)))
+    axes = panel_grid(fig, n, 4, sharex=True, sharey=True)
     image = None
     for ax, (unit, pruned, count) in zip(axes.flat, panels):
         image = ax.imshow(pruned, vmin=0, vmax=1, cmap="cividis", aspect="auto", interpolation="nearest")
@@ -241,7 +250,7 @@ def plot_masks(data: RunData, task: str, folder: Path) -> list[Path]:
         ax.set_ylabel("layer")
     fig.colorbar(image, ax=axes, shrink=0.8, label="fraction of seeds pruned")
     fig.suptitle(f"{task_label(task)}: pruned heads", fontsize=9)
-    return _save(fig, folder, f"masks_{task}")
+    return save_figure(fig, folder, f"masks_{task}")
 
 
 def _reward_curves(data: RunData, task: str) -> list[tuple[Unit, dict[int, list[np.ndarray]]]]:
@@ -282,8 +291,8 @@ def plot_auber_layers(data: RunData, task: str, folder: Path) -> list[Path]:
 
     n = len(panels)
     ncols = min(3, n)
-    fig = _new_figure(min(7.0, 0.9 + 2.3 * ncols), 0.4 + 2.0 * math.ceil(n / ncols))
-    axes = _grid(fig, n, 3)
+    fig = new_figure(min(7.0, 0.9 + 2.3 * ncols), 0.4 + 2.0 * math.ceil(n / ncols))
+    axes = panel_grid(fig, n, 3)
     all_layers = sorted({layer for _, c in panels for layer in c})
     norm = mcolors.BoundaryNorm(np.arange(min(all_layers) - 0.5, max(all_layers) + 1.5), 256)
     cmap = matplotlib.colormaps["viridis"]
@@ -298,7 +307,7 @@ def plot_auber_layers(data: RunData, task: str, folder: Path) -> list[Path]:
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="layer", shrink=0.8,
                  ticks=all_layers if len(all_layers) <= 12 else None)
     fig.suptitle(f"{task_label(task)}: AUBER reward per episode, per layer (mean over seeds)", fontsize=9)
-    return _save(fig, folder, f"auber_layers_{task}")
+    return save_figure(fig, folder, f"auber_layers_{task}")
 
 
 def _cost_points(ax, results: list[GroupResult], task: str, colors: dict[str, str], markers: dict[str, str],
@@ -330,8 +339,8 @@ def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], 
     if not tasks:
         return []
     ncols = min(4, len(tasks))
-    fig = _new_figure(min(7.0, 0.8 + 1.9 * ncols), 0.6 + 1.9 * math.ceil(len(tasks) / ncols))
-    axes = _grid(fig, len(tasks), 4)
+    fig = new_figure(min(7.0, 0.8 + 1.9 * ncols), 0.6 + 1.9 * math.ceil(len(tasks) / ncols))
+    axes = panel_grid(fig, len(tasks), 4)
     handles: dict[str, Any] = {}
     recover = False
     for ax, task in zip(axes.flat, tasks):
@@ -351,7 +360,7 @@ def plot_cost(results: list[GroupResult], folder: Path, colors: dict[str, str], 
     if handles:
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
                    ncol=min(6, len(handles)), frameon=False)
-    return _save(fig, folder, "cost_vs_score")
+    return save_figure(fig, folder, "cost_vs_score")
 
 
 def make_plots(data: RunData, results: list[GroupResult], folder: Path) -> list[Path]:

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmark.report.load import RunData
-from benchmark.report.units import task_key
-from benchmark.speed import DENSE, PRUNED, SpeedRow, read_rows
+from headprune_bench.benchmark.report.load import RunData
+from headprune_bench.benchmark.report.units import task_key
+from headprune_bench.benchmark.tools.speed import DENSE, PRUNED, SpeedRow, read_rows
 
 PROFILE_COLUMNS = ["device", "threads", "batch", "seq_len", "kind", "heads_pruned", "heads_kept", "median_ms", "iqr_ms",
                    "implied_speedup", "measured_speedup", "measured_over_implied_reduction"]
@@ -85,7 +85,7 @@ def _model_config(data: RunData):
     """The run's model config (``run.json``), or None when it cannot be read (a hub model offline)."""
     import json
 
-    from benchmark import models
+    from headprune_bench.benchmark import models
 
     try:
         name = json.loads((data.folders[0] / "run.json").read_text())["experiment"]["model"]
@@ -100,7 +100,7 @@ def row_cost_frame(data: RunData, cells: pd.DataFrame) -> pd.DataFrame:
     and measured latency speed-up there. Empty without timings."""
     if cells.empty:
         return pd.DataFrame()
-    from methods.heads import closed_form_parameter_count, forward_flops
+    from headprune_bench.methods.heads import closed_form_parameter_count, forward_flops
 
     batch, seq_len = reference_shape(cells)
     at = cells[(cells["batch"] == batch) & (cells["seq_len"] == seq_len)]
@@ -146,15 +146,15 @@ def speed_section(profiles: pd.DataFrame, rows: pd.DataFrame | None = None) -> l
 def plot_score_vs_speedup(cells: pd.DataFrame, folder: Path, colors: dict[str, str]) -> list[Path]:
     """Per task, each pruned cell's score against its measured speed-up at batch 1 and the longest timed length
     (latency), prune-only filled, other conditions open. Returns the files written (none without timings)."""
-    from benchmark.report.plots import _grid, _new_figure, _save
+    from headprune_bench.benchmark.report.plots import new_figure, panel_grid, save_figure
 
     if cells.empty:
         return []
     latency = cells[cells["batch"] == cells["batch"].min()]
     latency = latency[latency["seq_len"] == latency["seq_len"].max()]
     tasks = sorted(latency["task"].unique(), key=task_key)
-    fig = _new_figure(min(7.0, 0.8 + 1.9 * len(tasks)), 2.6)
-    axes = _grid(fig, len(tasks), 4)
+    fig = new_figure(min(7.0, 0.8 + 1.9 * len(tasks)), 2.6)
+    axes = panel_grid(fig, len(tasks), 4)
     for ax, task in zip(axes.flat, tasks):
         for (method, condition), part in latency[latency["task"] == task].groupby(["method", "condition"]):
             col = colors.get(method, "#888888")
@@ -170,4 +170,4 @@ def plot_score_vs_speedup(cells: pd.DataFrame, folder: Path, colors: dict[str, s
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, fontsize=6)
-    return _save(fig, folder, "score_vs_speedup")
+    return save_figure(fig, folder, "score_vs_speedup")

@@ -1,5 +1,5 @@
-"""Tables of the report: the analysis (:mod:`benchmark.report.analysis`, :mod:`benchmark.report.crosstask`,
-:mod:`benchmark.report.cells`) as text frames for Markdown and LaTeX, and as numeric frames for CSV. Scores are
+"""Tables of the report: the analysis (:mod:`headprune_bench.benchmark.report.analysis`, :mod:`headprune_bench.benchmark.report.crosstask`,
+:mod:`headprune_bench.benchmark.report.cells`) as text frames for Markdown and LaTeX, and as numeric frames for CSV. Scores are
 percent points (MCC x 100); text cells use the report's symbols (± − — † ‡ §), turned into LaTeX by :func:`tex`.
 """
 from __future__ import annotations
@@ -11,12 +11,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmark import stats
-from benchmark.records import CONTROL, CONTROL_NAME, METRIC_LABEL, NO_BUDGET, ORIGINAL, PRUNE_ONLY, RECOVER, WEIGHTS
-from benchmark.report.analysis import (ALPHA, DEFAULT_AGAINST, NULL_CONTROL, NULL_CONTROLS, SUPERSEDED, VIEWS,
-                                      Comparison, GroupResult, UnitStats)
-from benchmark.report.crosstask import CrossTaskSummary
-from benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
+from headprune_bench.benchmark import stats
+from headprune_bench.benchmark.report.analysis import (
+    ALPHA,
+    DEFAULT_AGAINST,
+    NULL_CONTROL,
+    NULL_CONTROLS,
+    SUPERSEDED,
+    VIEWS,
+    Comparison,
+    GroupResult,
+    UnitStats,
+)
+from headprune_bench.benchmark.report.crosstask import CrossTaskSummary
+from headprune_bench.benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
+from headprune_bench.benchmark.store.records import (
+    CONTROL,
+    CONTROL_NAME,
+    METRIC_LABEL,
+    NO_BUDGET,
+    ORIGINAL,
+    PRUNE_ONLY,
+    RECOVER,
+    WEIGHTS,
+)
 
 #: Significance marker per reference (Holm-adjusted exact p < ALPHA); other references get "*".
 MARKERS = {ORIGINAL: "†", DEFAULT_AGAINST[1]: "‡", CONTROL_NAME: "§"}
@@ -50,7 +68,7 @@ def p_text(p: float | None) -> str:
 
 
 def _p_or_undefined(p: float, notes: str, undefined: str) -> str:
-    """A secondary test's p, or "undefined" where :mod:`benchmark.stats` said the test is undefined (differences
+    """A secondary test's p, or "undefined" where :mod:`headprune_bench.benchmark.stats` said the test is undefined (differences
     constant, or all zero, up to floating-point rounding)."""
     return "undefined" if not np.isfinite(p) and undefined in str(notes) else p_text(p)
 
@@ -406,7 +424,7 @@ def summary_notes(summary: CrossTaskSummary, results: list[GroupResult]) -> list
 
 
 def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
-    """The cost frame (:func:`benchmark.report.cells.cost_frame`) as text."""
+    """The cost frame (:func:`headprune_bench.benchmark.report.cells.cost_frame`) as text."""
     if cost.empty:
         return pd.DataFrame()
     return pd.DataFrame({
@@ -420,7 +438,7 @@ def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
 
 
 def walls_text(walls: pd.DataFrame) -> pd.DataFrame:
-    """Wall seconds per (task, seed) (:func:`benchmark.report.cells.wall_per_seed`) as text, the unit in column
+    """Wall seconds per (task, seed) (:func:`headprune_bench.benchmark.report.cells.wall_per_seed`) as text, the unit in column
     ``method``; ``—`` for a missing cell."""
     return walls.map(lambda v: "—" if not np.isfinite(v) else f"{v:.1f}" if v < 10 else f"{v:,.0f}"
                      ).reset_index(names="method")

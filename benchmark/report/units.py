@@ -10,10 +10,11 @@ methods of the report. ``original`` and ``control`` are the report's own names, 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from benchmark.records import CONTROL, CONTROL_NAME, NO_BUDGET, ORIGINAL, OWN, PRUNE_ONLY, RECOVER
+from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, NO_BUDGET, ORIGINAL, OWN, PRUNE_ONLY, RECOVER
 
 TASK_ORDER = ("mrpc", "cola", "rte", "wnli")
 EXCLUDED_FROM_AVERAGE = ("wnli",)
@@ -41,7 +42,7 @@ def task_key(task: str) -> tuple:
 
 def task_label(task: str) -> str:
     """GLUE's spelling of a task name (``cola`` -> ``CoLA``); an unknown task in capitals."""
-    from benchmark.tasks import TASKS
+    from headprune_bench.benchmark.tasks import TASKS
 
     return TASKS[task].glue_dir if task in TASKS else task.upper()
 
@@ -78,8 +79,7 @@ def short_budget(spec: str) -> str:
 
 
 def _registry() -> dict[str, Any]:
-    import methods
-
+    from headprune_bench import methods
     return methods.available_methods()
 
 

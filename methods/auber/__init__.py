@@ -7,9 +7,9 @@ state is computed from the fine-tuned model (paper §3.2, §3.4, Algorithm 1). T
 to prune, so it can set the budget of the others (``--budget matched:auber``).
 
 Faithful to the paper and to the official code (snudatalab/AUBER@239091f; shared/reference/methods.md §1, read
-line by line); written from scratch. Modules: :mod:`~methods.auber.state` (state vector),
-:mod:`~methods.auber.dqn` (network, replay, epsilon-greedy, optimisation, one layer's episodes),
-:mod:`~methods.auber.rewards` (fast in-process reward evaluation).
+line by line); written from scratch. Modules: :mod:`~headprune_bench.methods.auber.state` (state vector),
+:mod:`~headprune_bench.methods.auber.dqn` (network, replay, epsilon-greedy, optimisation, one layer's episodes),
+:mod:`~headprune_bench.methods.auber.rewards` (fast in-process reward evaluation).
 
 Per layer ``l`` (bottom to top; ``reverse`` = top to bottom, the paper's AUBER-Reverse, §4.3.3):
 
@@ -17,9 +17,9 @@ Per layer ``l`` (bottom to top; ``reverse`` = top to bottom, the paper's AUBER-R
    mini-dev with probability ``minidev_fraction`` (0.25), otherwise to the mini-train (code
    ``utils.split_train``: ``random.uniform(0, 1) < 0.25`` per row, redrawn for every layer). Never the GLUE dev
    split (the code prints dev scores; we do not read them at all).
-2. State ``s_l`` = softmax(z-score(per-head norm of the layer's value weights)), :mod:`methods.auber.state`.
+2. State ``s_l`` = softmax(z-score(per-head norm of the layer's value weights)), :mod:`headprune_bench.methods.auber.state`.
 3. ``episodes`` episodes of the DQN search with rewards on the mini-dev (forward only, head masks on the current
-   model, memoised per pruned set), :mod:`methods.auber.dqn`.
+   model, memoised per pruned set), :mod:`headprune_bench.methods.auber.dqn`.
 4. The greedy policy from ``s_l`` gives the layer's pruned heads; when there is at least one, fine-tune the
    masked model on the mini-train (code: ``run_glue.py --do_train``, 3 epochs, batch 32, lr = ``-lr``; the
    demo script uses 2e-6, the CLI default is 2e-5; the paper: "fine-tuned with a smaller learning rate").
@@ -43,20 +43,27 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from methods.auber.dqn import DQNConfig, LayerSearch
-from methods.auber.rewards import (FastScorer, FastScorerUnsupported, Memo, NaiveScorer, layer_mask,
-                                   length_sorted_batches)
-from methods.auber.state import NORMS, SOURCES, layer_state
-from methods.base import HeadPruner, PruningContext, PruningResult
-from methods.heads import get_layout
-from methods.options import Interval, OptionError
-from methods.registry import register
+from headprune_bench.methods.auber.dqn import DQNConfig, LayerSearch
+from headprune_bench.methods.auber.rewards import (
+    FastScorer,
+    FastScorerUnsupported,
+    Memo,
+    NaiveScorer,
+    layer_mask,
+    length_sorted_batches,
+)
+from headprune_bench.methods.auber.state import NORMS, SOURCES, layer_state
+from headprune_bench.methods.base import HeadPruner, PruningContext, PruningResult
+from headprune_bench.methods.heads import get_layout
+from headprune_bench.methods.options import Interval, OptionError
+from headprune_bench.methods.registry import register
 
 __all__ = ["AuberPruner", "AuberAblation", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
 
@@ -143,8 +150,8 @@ class AuberPruner(HeadPruner):
             dqn_lr (float, 0.03), dqn_momentum (float, 0.9), grad_clamp (float, 1.0), eps_start (float, 1.0),
             eps_end (float, 0.05), eps_decay (float, 256.0), target_update (int, 35), stop_q (float, 0.2),
             learned_stop (bool, False), pruned_q (float, -5.0), reward_scale (float, 100.0): the DQN, see
-            :class:`methods.auber.dqn.DQNConfig` (code ``agent.py``, ``train.py``).
-        fast_rewards (bool, True): cached-prefix reward evaluation (:class:`methods.auber.rewards.FastScorer`);
+            :class:`headprune_bench.methods.auber.dqn.DQNConfig` (code ``agent.py``, ``train.py``).
+        fast_rewards (bool, True): cached-prefix reward evaluation (:class:`headprune_bench.methods.auber.rewards.FastScorer`);
             False = a full masked forward per reward. Both give the same decisions.
         memoize (bool, True): memoise the score per pruned set within a layer (the code's ``transitions``).
         reward_batch_size (int, 16): mini-dev examples per forward batch; the mini-dev is sorted by length, so
@@ -213,14 +220,14 @@ class AuberPruner(HeadPruner):
             raise OptionError(f"{self.name}: option dqn_batch_size ({self.options['dqn_batch_size']}) must not exceed "
                               f"replay_capacity ({self.options['replay_capacity']})")
 
-    def set_score_function(self, fn: ScoreFunction | None) -> "AuberPruner":
+    def set_score_function(self, fn: ScoreFunction | None) -> AuberPruner:
         """Test hook: replace the mini-dev metric by ``fn(layer, pruned_heads) -> float`` (no model evaluation).
         Returns ``self``."""
         self._score_fn = fn
         return self
 
     def dqn_config(self) -> DQNConfig:
-        """The :class:`~methods.auber.dqn.DQNConfig` of the options (``dqn_batch_size`` -> ``batch_size``,
+        """The :class:`~headprune_bench.methods.auber.dqn.DQNConfig` of the options (``dqn_batch_size`` -> ``batch_size``,
         ``dqn_lr`` -> ``lr``, ``dqn_momentum`` -> ``momentum``; the other fields by name)."""
         o = self.options
         return DQNConfig(hidden_size=o["hidden_size"], replay_capacity=o["replay_capacity"],
@@ -471,7 +478,7 @@ ABLATIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
 def _register_ablation(name: str, class_name: str, changes: dict[str, Any], what: str,
                        section: str, in_methods_all: bool | None = None) -> type[AuberAblation]:
     """Define and register the ablation ``name``: an :class:`AuberAblation` whose defaults are AUBER's changed by
-    ``changes`` (``in_methods_all``: see :class:`~methods.base.HeadPruner`)."""
+    ``changes`` (``in_methods_all``: see :class:`~headprune_bench.methods.base.HeadPruner`)."""
     summary = f"AUBER ablation: {what}" + (" (paper Table 3)" if section.startswith("§") else "")
     namespace = {"__doc__": f"{summary}, {section}.", "__module__": __name__, "__qualname__": class_name,
                  "name": name, "summary": summary, "defaults": {**AuberPruner.defaults, **changes},

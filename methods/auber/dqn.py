@@ -7,7 +7,7 @@ Faithful to the official code (snudatalab/AUBER@239091f, ``src/lib/agent.py``, `
 One layer's search (:class:`LayerSearch`), for a layer with H heads:
 
 * actions ``0..H-1`` prune head i, action ``H`` stops (paper §3.2 "Action"; the paper numbers them 1..H+1);
-* an episode starts from the unpruned layer's state ``s_l`` (:mod:`methods.auber.state`); pruning head i sets
+* an episode starts from the unpruned layer's state ``s_l`` (:mod:`headprune_bench.methods.auber.state`); pruning head i sets
   ``s[i] = 0`` (no renormalisation) and the reward is ``100 x (score(pruned set) - score(previous set))`` on the
   mini-dev (paper Eq. 3, code ``(current_reward - prev_reward) * 100``); stop has reward 0 and no next state;
   once H-1 heads are pruned the stop action is forced (code ``if episode_pruned_num != 11``: a layer keeps a
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F

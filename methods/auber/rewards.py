@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from methods.base import model_inputs
-from methods.heads import apply_head_mask, get_layout
+from headprune_bench.methods.base import model_inputs
+from headprune_bench.methods.heads import apply_head_mask, get_layout
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 """``metric(predictions [N] int, labels [N] int) -> float``: the task's primary metric."""
@@ -248,7 +249,7 @@ class FastScorer(Scorer):
 
     def _gated_tail(self, layer_module: nn.Module, ctx: torch.Tensor, resid: torch.Tensor,
                     gate: torch.Tensor) -> torch.Tensor:
-        """Head gate (as :func:`methods.heads.apply_head_mask`: before W_O), W_O + residual + LayerNorm,
+        """Head gate (as :func:`headprune_bench.methods.heads.apply_head_mask`: before W_O), W_O + residual + LayerNorm,
         feed-forward."""
         shape = ctx.shape
         gated = (ctx.reshape(*shape[:-1], self.num_heads, self.head_size) * gate[:, None]).reshape(shape)

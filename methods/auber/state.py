@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from methods.heads import get_layout
+from headprune_bench.methods.heads import get_layout
 
 SOURCES = ("value", "query", "key")
 NORMS = ("l1", "l2")

@@ -1,4 +1,4 @@
-"""What a sequence classifier costs per example, with and without its pruned heads (part of :mod:`methods.heads`).
+"""What a sequence classifier costs per example, with and without its pruned heads (part of :mod:`headprune_bench.methods.heads`).
 
 FLOPs here are those of the matrix products (2 per multiply-add), the convention of
 ``torch.utils.flop_counter.FlopCounterMode``, which checks these formulas in the tests (eager attention; on the
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from methods.heads.layout import _pruned_heads_dict
+from headprune_bench.methods.heads.layout import pruned_heads_dict
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def heads_kept(config, mask: torch.Tensor | None = None) -> list[int]:
         if tuple(mask.shape) != (layers, heads):
             raise ValueError(f"head mask has shape {list(mask.shape)}; expected [L, H]=[{layers}, {heads}]")
         removed |= mask == 0
-    for layer, pruned in _pruned_heads_dict(config).items():
+    for layer, pruned in pruned_heads_dict(config).items():
         removed[layer, pruned] = True
     return [heads - int(row.sum()) for row in removed]
 

@@ -1,8 +1,8 @@
-"""A pruned model as a Hugging Face folder that stock transformers loads (part of :mod:`methods.heads`).
+"""A pruned model as a Hugging Face folder that stock transformers loads (part of :mod:`headprune_bench.methods.heads`).
 
-:func:`export_pruned` removes the pruned heads physically (:func:`~methods.heads.remove_heads`) from a copy of a
+:func:`export_pruned` removes the pruned heads physically (:func:`~headprune_bench.methods.heads.remove_heads`) from a copy of a
 sequence classifier of any supported family and saves it with its tokenizer and the file ``modeling_pruned.py``
-(:mod:`methods.heads.modeling_pruned`, whose family class ``config.json``'s ``auto_map`` names), so that
+(:mod:`headprune_bench.methods.heads.modeling_pruned`, whose family class ``config.json``'s ``auto_map`` names), so that
 ``AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)`` rebuilds the uneven
 per-layer head counts without this package.
 """
@@ -15,16 +15,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from methods.heads.removal import remove_heads, save_pruned
+from headprune_bench.methods.heads.removal import remove_heads, save_pruned
 
 REMOTE_FILE = "modeling_pruned.py"
 
 
 def _remote_classes() -> dict[str, type]:
-    """``config.model_type`` -> the class of :mod:`methods.heads.modeling_pruned` named in ``auto_map`` (each
+    """``config.model_type`` -> the class of :mod:`headprune_bench.methods.heads.modeling_pruned` named in ``auto_map`` (each
     extends its family's stock classifier). Imported on first export: building those classes imports every family's
-    transformers module, about 2 s that ``import methods.heads`` (every worker, every ``bench`` command) need not pay."""
-    from methods.heads.modeling_pruned import CLASSES
+    transformers module, about 2 s that ``import headprune_bench.methods.heads`` (every worker, every ``bench`` command) need not pay."""
+    from headprune_bench.methods.heads.modeling_pruned import CLASSES
 
     return CLASSES
 

@@ -1,5 +1,5 @@
 """One layout adapter per encoder family, and :func:`get_layout`, which picks it by ``config.model_type`` (part of
-:mod:`methods.heads`; import from there).
+:mod:`headprune_bench.methods.heads`; import from there).
 
 What removing a head removes, per family (head h of layer l, d = head size; W_O's bias is never per head and stays):
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from methods.heads.layout import (
+from headprune_bench.methods.heads.layout import (
     EmptySelfAttention,
     HeadLayout,
     UnsupportedArchitectureError,

@@ -1,6 +1,6 @@
 """The layout-adapter interface (where an encoder keeps its attention modules; one implementation per family in
-:mod:`methods.heads.families`) and the ``[L, H]`` mask <-> ``config.pruned_heads`` helpers (part of
-:mod:`methods.heads`; import from there).
+:mod:`headprune_bench.methods.heads.families`) and the ``[L, H]`` mask <-> ``config.pruned_heads`` helpers (part of
+:mod:`headprune_bench.methods.heads`; import from there).
 
 Head indices are always ORIGINAL indices ``0..H-1``; ``model.config.pruned_heads`` records the physically removed
 heads as ``{str(layer): sorted list of original head indices}``, like ``config.pruned_heads`` in HF transformers 4.x.
@@ -14,9 +14,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-
 # --------------------------------------------------------------------------------------------
-# Architecture adapter: the interface every encoder family implements (methods.heads.families)
+# Architecture adapter: the interface every encoder family implements (headprune_bench.methods.heads.families)
 # --------------------------------------------------------------------------------------------
 
 
@@ -29,7 +28,7 @@ class UnsupportedArchitectureError(ValueError):
 
 class HeadLayout:
     """Where an encoder family keeps its layers, heads, Q/K/V and attention output projection, and how its
-    modules change when heads are removed. One subclass per family (:mod:`methods.heads.families`); everything
+    modules change when heads are removed. One subclass per family (:mod:`headprune_bench.methods.heads.families`); everything
     else (masking, zeroing, removal, export, every method) goes through this interface only.
 
     The interface, per layer ``l`` (ORIGINAL head indices ``0..H-1`` everywhere):
@@ -99,7 +98,7 @@ class HeadLayout:
     @classmethod
     def max_tokens(cls, config) -> int | None:
         """The longest input (tokens) the family's embeddings take: ``max_position_embeddings`` (RoBERTa / XLM-R:
-        fewer, see :class:`~methods.heads.families.RobertaLayout`); None when no absolute position limits it."""
+        fewer, see :class:`~headprune_bench.methods.heads.families.RobertaLayout`); None when no absolute position limits it."""
         return int(config.max_position_embeddings)
 
     def _find_base(self, model: nn.Module) -> nn.Module | None:
@@ -173,7 +172,7 @@ class HeadLayout:
 
         Read from ``config.pruned_heads`` (keys may be ``str`` or ``int``).
         """
-        removed = _pruned_heads_dict(self.config).get(layer, [])
+        removed = pruned_heads_dict(self.config).get(layer, [])
         return [h for h in range(self.num_heads) if h not in removed]
 
     def is_pruned(self) -> bool:
@@ -229,7 +228,7 @@ class EmptySelfAttention(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def _pruned_heads_dict(config) -> dict[int, list[int]]:
+def pruned_heads_dict(config) -> dict[int, list[int]]:
     """``config.pruned_heads`` normalised to ``{int layer: sorted list[int]}`` (empty if unset)."""
     raw = getattr(config, "pruned_heads", None) or {}
     out: dict[int, list[int]] = {}

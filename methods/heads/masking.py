@@ -1,4 +1,4 @@
-"""Head masks (gates) through forward pre-hooks on the attention output projection (part of :mod:`methods.heads`;
+"""Head masks (gates) through forward pre-hooks on the attention output projection (part of :mod:`headprune_bench.methods.heads`;
 import from there). A pruned head contributes exactly zero to the concatenated head outputs ``[B, T, H*d]`` that
 enter the output projection; the projection's bias stays (protocol.md §9; methods.md §0.1).
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from methods.heads.families import get_layout
-from methods.heads.layout import HeadLayout
-
+from headprune_bench.methods.heads.families import get_layout
+from headprune_bench.methods.heads.layout import HeadLayout
 
 # --------------------------------------------------------------------------------------------
 # Masking (gates) via forward pre-hooks on the attention output projection
@@ -65,7 +64,7 @@ class HeadMask:
             handle.remove()
         self._handles.clear()
 
-    def __enter__(self) -> "HeadMask":
+    def __enter__(self) -> HeadMask:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -102,7 +101,7 @@ def apply_head_mask(model: nn.Module, mask: torch.Tensor) -> HeadMask:
     (multiplication by 1.0 is exact).
 
     Args:
-        model: a model of a supported family (:func:`~methods.heads.families.get_layout`), not physically pruned.
+        model: a model of a supported family (:func:`~headprune_bench.methods.heads.families.get_layout`), not physically pruned.
         mask: float tensor, 1 keep, 0 prune, fractional = gate. Shapes: ``[L, H]`` (all
             examples), ``[B, L, H]`` (per example: one backward gives per-example gate
             gradients), ``[B, T, L, H]`` (per token). Moved/cast to the hidden states'

@@ -1,8 +1,8 @@
 """Physical head removal, its in-place equivalent (zeroed value weights), save/load of pruned models and parameter
-counts (part of :mod:`methods.heads`; import from there).
+counts (part of :mod:`headprune_bench.methods.heads`; import from there).
 
 Removing a head (:func:`remove_heads`) equals zeroing its value weights and bias (:func:`zero_value_heads`) and
-equals masking it (:func:`methods.heads.apply_head_mask`), protocol.md §9. A layer may lose all its heads; its
+equals masking it (:func:`headprune_bench.methods.heads.apply_head_mask`), protocol.md §9. A layer may lose all its heads; its
 attention block then adds only the output-projection bias. Notation: L layers, H heads per layer (original), d head
 size, B batch, T tokens.
 """
@@ -15,9 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from methods.heads.families import get_layout
-from methods.heads.layout import HeadLayout, _pruned_heads_dict, mask_from_pruned_heads
-
+from headprune_bench.methods.heads.families import get_layout
+from headprune_bench.methods.heads.layout import HeadLayout, mask_from_pruned_heads, pruned_heads_dict
 
 # --------------------------------------------------------------------------------------------
 # In-place weight edits
@@ -68,7 +67,7 @@ def scale_value_heads(model: nn.Module, gates: torch.Tensor) -> nn.Module:
     """Multiply, in place, each head's value-projection weight rows and bias entries by its gate.
 
     A head's output is ``probs @ (x W_v^T + b_v)``, linear in its value rows and bias, so this equals masking with
-    the float ``gates`` (:func:`~methods.heads.masking.apply_head_mask`): a gate of 0 prunes the head, a gate in
+    the float ``gates`` (:func:`~headprune_bench.methods.heads.masking.apply_head_mask`): a gate of 0 prunes the head, a gate in
     (0, 1) scales its output, as a Voita et al. hard-concrete gate does at test time. Heads already physically
     removed are skipped.
 
@@ -125,14 +124,14 @@ def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
     For each layer, slices the removed heads' rows (and bias entries) out of every per-head projection of the
     family (Q/K/V; DeBERTa's relative-position projections too: :meth:`HeadLayout.head_projections`) and their
     input columns out of the output projection (its bias is kept), and updates the self-attention module's head
-    counts. A layer that loses ALL heads gets the family's :class:`~methods.heads.layout.EmptySelfAttention`, so
+    counts. A layer that loses ALL heads gets the family's :class:`~headprune_bench.methods.heads.layout.EmptySelfAttention`, so
     the attention block adds only W_O's bias. Removed heads are merged into ``model.config.pruned_heads`` as
     ``{str(layer): sorted list of original head indices}``. Removing an already removed head
     is a no-op, so the function works on partially pruned models and incremental calls equal
     one call with the combined mask.
 
     Args:
-        model: a model of a supported family (:func:`~methods.heads.families.get_layout`).
+        model: a model of a supported family (:func:`~headprune_bench.methods.heads.families.get_layout`).
         mask: binary ``[L, H]`` in ORIGINAL head indexing, 0 = remove.
 
     Returns:
@@ -148,7 +147,7 @@ def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
     layout = get_layout(model)
     mask = _check_structural_mask(layout, mask)
     d = layout.head_size
-    recorded = _pruned_heads_dict(model.config)
+    recorded = pruned_heads_dict(model.config)
     for layer in range(layout.num_layers):
         present = layout.heads_present(layer)
         if layout.query(layer).out_features != len(present) * d:
@@ -190,7 +189,7 @@ def save_pruned(model: nn.Module, path, tokenizer=None) -> None:
     """
     get_layout(model)
     model.config.pruned_heads = {
-        str(layer): heads for layer, heads in sorted(_pruned_heads_dict(model.config).items())
+        str(layer): heads for layer, heads in sorted(pruned_heads_dict(model.config).items())
     }
     model.save_pretrained(path)
     if tokenizer is not None:
@@ -232,7 +231,7 @@ def load_pruned(path, model_cls=None, *, attn_implementation: str | None = None)
 
     path = Path(path)
     config = AutoConfig.from_pretrained(path)
-    pruned = _pruned_heads_dict(config)
+    pruned = pruned_heads_dict(config)
     config.pruned_heads = {}  # the fresh model has every head; remove_heads re-records them
     model_cls = model_cls or AutoModelForSequenceClassification
     if hasattr(model_cls, "from_config"):  # Auto classes
@@ -294,7 +293,7 @@ def closed_form_parameter_count(config, mask: torch.Tensor, *, classifier: bool 
         full, per_head = _built_counts(config, classifier)
 
     removed = mask == 0
-    for layer, heads in _pruned_heads_dict(config).items():
+    for layer, heads in pruned_heads_dict(config).items():
         removed[layer, heads] = True
     return full - int(removed.sum()) * per_head
 

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from benchmark.task_metrics import compute_metrics
-from benchmark.task_specs import get_task
-from benchmark.tasks import load_task
-from benchmark.training import encode, predict
+from headprune_bench.benchmark.tasks import load_task
+from headprune_bench.benchmark.tasks.metrics import compute_metrics
+from headprune_bench.benchmark.tasks.specs import get_task
+from headprune_bench.benchmark.training import encode, predict
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.report.units import task_label
+from headprune_bench.benchmark.report.units import task_label
 
 GROUP = "prune+recover"
 SUFFIX = {"prune+recover": " +recover", "own-fine-tuning": ", own fine-tuning", "prune-only": ""}

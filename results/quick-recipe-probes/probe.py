@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmark import models, tasks, training
-from benchmark.cell import train_splits
-from benchmark.config import get_preset
+from headprune_bench.benchmark import models, tasks, training
+from headprune_bench.benchmark.cells.bench import train_splits
+from headprune_bench.benchmark.config.presets import get_preset
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 
-from benchmark.store import RecordStore
+from headprune_bench.benchmark.store.jsonl import RecordStore
 
 
 def main(a_dir: str, b_dir: str) -> None:

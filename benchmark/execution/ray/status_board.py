@@ -1,0 +1,51 @@
+"""The status board of a run on Ray (part of :mod:`headprune_bench.benchmark.execution.ray.driver`): one Ray actor per ``bench run``.
+
+It lives in a module of its own that imports neither torch nor transformers: Ray starts a fresh process for each
+run's actor, and that process imports only the module that defines the actor's class. Defined beside the Ray tasks
+(:mod:`headprune_bench.benchmark.execution.ray.tasks`, which imports torch through the cell code), the actor took about 5 s on an idle
+two-core machine, and 10-20 s while workers were starting, before the run's first task could ask it anything.
+"""
+from __future__ import annotations
+
+
+class StatusBoard:
+    """A Ray actor: what each worker is running (``key -> where``), for the driver's progress text, and whether
+    tasks may still start (not after :meth:`stop`; only those that fit ``limit``, the run's
+    :class:`~headprune_bench.benchmark.execution.time_limit.TimeLimit` or None).
+
+    Args:
+        limit: the run's time limit (``--time-limit``), or None for none.
+    """
+
+    def __init__(self, limit=None) -> None:
+        self.running: dict[str, str] = {}
+        self.stopping = False
+        self.limit = limit
+
+    def refusal(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
+        """Why the task ``key`` (running at ``where``, e.g. ``pid 123``) may not start, or None: it may, and the
+        board shows it as running there. ``cell`` is ``("base", task)`` or ``(task, method, condition, prunes)``
+        for the time limit; ``after_stop`` lets it start after :meth:`stop` and past the time limit (an
+        ``own-fine-tuning`` cell holding its prune step's weights: :func:`~headprune_bench.benchmark.execution.stopping.starts_after_stop`)."""
+        if self.stopping and not after_stop:
+            return "stop requested"
+        if self.limit is not None and cell is not None and not after_stop:
+            refusal = self.limit.base_refusal(cell[1]) if cell[0] == "base" else self.limit.cell_refusal(*cell)
+            if refusal is not None:
+                return refusal
+        self.running[key] = where
+        return None
+
+    def stop(self) -> None:
+        """No task starts from now on, except those that may start after a stop."""
+        self.stopping = True
+
+    def learn(self, what: str, *args) -> None:
+        """Add a finished record or base fine-tune to the limit's estimates (``add_record`` or ``add_base`` of its
+        :class:`~headprune_bench.benchmark.execution.time_limit.MachineTimes`)."""
+        if self.limit is not None:
+            getattr(self.limit.times, what)(*args)
+
+    def snapshot(self) -> dict[str, str]:
+        """What runs where now: ``{key: where}``."""
+        return dict(self.running)

@@ -1,0 +1,94 @@
+"""How a run's cells execute: one at a time in this process (the default), or on Ray (``--workers N``: a local Ray
+started in-process; ``--ray-address ADDR``: an existing cluster), with CPU threads and a GPU fraction per cell.
+
+Nothing here is part of the experiment (a folder's records do not depend on how they were scheduled); the
+device type is, and it follows from the GPU fraction when cells run on Ray.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from headprune_bench.benchmark import models
+from headprune_bench.benchmark.config.presets import ConfigError
+from headprune_bench.benchmark.config.run import RunConfig
+from headprune_bench.benchmark.provenance import machine_name
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The resolved execution options of a run.
+
+    Attributes:
+        workers: local Ray with this many cells at a time (``--workers``), or None.
+        address: the Ray cluster to join (``--ray-address``; ``auto`` reads ``RAY_ADDRESS``), or None.
+        threads_per_cell: torch CPU threads of one cell (Ray: the CPUs a cell reserves).
+        gpus_per_cell: the share of a GPU one cell reserves (Ray's fractional GPUs; 0: cells run on CPU).
+        device: where cells run; on Ray ``cuda`` (the GPU Ray assigns) or ``cpu``.
+    """
+
+    workers: int | None
+    address: str | None
+    threads_per_cell: int
+    gpus_per_cell: float
+    device: torch.device
+
+    @property
+    def parallel(self) -> bool:
+        """Whether cells run on Ray."""
+        return self.workers is not None or self.address is not None
+
+    def machine(self) -> tuple[str, int] | None:
+        """What the cells run on, as their records will name it (``cost.machine``, ``cost.threads``: the CPU's or
+        GPU's name and torch's threads), or None on a Ray cluster, whose cells may run on different machines."""
+        return None if self.address is not None else (machine_name(self.device), self.threads_per_cell)
+
+    def describe(self) -> dict[str, Any]:
+        """The options as JSON (kept in ``runs.jsonl``)."""
+        if not self.parallel:
+            return {"mode": "serial", "device": str(self.device)}
+        return {"mode": "ray", "workers": self.workers, "ray_address": self.address,
+                "threads_per_cell": self.threads_per_cell, "gpus_per_cell": self.gpus_per_cell,
+                "device": str(self.device)}
+
+    def summary(self) -> str:
+        """One line for the log and the console."""
+        if not self.parallel:
+            return "serial"
+        where = f"{self.workers} local workers" if self.workers is not None else f"Ray cluster {self.address}"
+        gpu = f", {self.gpus_per_cell:g} GPU" if self.gpus_per_cell else ""
+        return f"Ray: {where}, {self.threads_per_cell} thread(s){gpu} per cell"
+
+
+def resolve_execution(cfg: RunConfig) -> Execution:
+    """The :class:`Execution` of ``cfg``: serial unless ``cfg.workers`` or ``cfg.ray_address`` is set.
+
+    On Ray, ``threads_per_cell`` defaults to 1 when several cells share the machine (``--workers N`` with N > 1,
+    or a cluster), else to the CPU count; ``gpus_per_cell`` defaults, for local workers with a visible GPU and
+    ``--device auto|cuda``, to ``min(1, GPUs / N)`` (N cells share the GPUs), else to 0. Cells run on ``cuda``
+    exactly when ``gpus_per_cell > 0``.
+
+    Raises:
+        ConfigError: ``--device cuda:N`` on Ray (Ray assigns the GPU), ``--device cpu`` with a GPU share, or
+            ``--device cuda`` without one on a cluster.
+        ValueError: ``--device`` names an unknown device or CUDA is missing (serial runs).
+    """
+    if not cfg.workers and not cfg.ray_address:
+        return Execution(None, None, torch.get_num_threads(), 0.0, models.resolve_device(cfg.device))
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device {cfg.device}: on Ray, Ray assigns each cell its GPU; use --device auto or cuda "
+                          f"with --gpus-per-cell")
+    gpus = cfg.gpus_per_cell
+    if gpus is None:
+        visible = torch.cuda.device_count() if cfg.workers and cfg.device != "cpu" else 0
+        gpus = min(1.0, visible / cfg.workers) if visible else 0.0
+    if gpus > 0 and cfg.device == "cpu":
+        raise ConfigError(f"--gpus-per-cell {gpus:g} with --device cpu: drop one of them")
+    if gpus == 0 and cfg.device == "cuda":
+        raise ConfigError("--device cuda on Ray needs --gpus-per-cell G (the share of a GPU each cell reserves, "
+                          "e.g. 0.25 runs four cells on one GPU)")
+    threads = cfg.threads_per_cell or (1 if cfg.ray_address or cfg.workers > 1 else (os.cpu_count() or 1))
+    return Execution(cfg.workers, cfg.ray_address, threads, float(gpus), torch.device("cuda" if gpus > 0 else "cpu"))

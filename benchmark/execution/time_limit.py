@@ -1,0 +1,371 @@
+"""``bench run --time-limit``: start a cell only if it should finish within the time the run has left.
+
+A long run spans sittings (a SLURM job's walltime, a session), and a cell cut off at the end is lost: an AUBER cell
+is half an hour of one CPU. With ``--time-limit 2h30m`` the runner (serial, and each Ray task through the driver's
+status board) asks :meth:`TimeLimit.cell_refusal` (:meth:`TimeLimit.base_refusal`) before it starts a cell (a base
+fine-tune); one that does not fit is not started (neither a record nor a failure: the next run computes it; the
+reason goes to ``run.log``), and shorter cells may still fill the time left.
+The run then ends with the cells left to do, like the first Ctrl-C (:mod:`headprune_bench.benchmark.execution.stopping`), and the same command
+resumes it. As after a Ctrl-C, an ``own-fine-tuning`` cell whose prune step this run computed starts whatever the
+time left (:func:`~headprune_bench.benchmark.execution.stopping.starts_after_stop`): it evaluates weights held in this run's memory alone, in
+seconds, where a later run would prune again for them (on ``results/quick-protocol2`` a sitting refused two such
+cells, "expected 4 s x 1.25 > -328 s left", and a later sitting prunes again for them: AUBER's and auber-null's
+search, 3963 s and 4372 s on RTE).
+
+What a cell will take comes from the folder's finished cells of the same task, method and condition
+(:class:`CellTimes`), times :data:`MARGIN`; the run adds each record and base fine-tune it finishes, so the later
+seeds of a task new to the folder are estimated from its first:
+
+* a record's wall time splits into its prune step (``cost.prune_wall_s``, when the cell pruned) and the rest (dev
+  evaluation, recovery, the control's fine-tune). A ``prune+recover`` or ``own-fine-tuning`` cell that reused its
+  prune-only cell's prune step carries that step's time, the same number as the prune-only record of its (task,
+  seed, method): all its wall time is "rest". (Without that record, a cell whose wall time is shorter than its
+  ``prune_wall_s`` reused it; one at least as long is taken to have pruned.)
+* a cell is estimated as the longest "rest" of its (task, method, condition), plus the longest prune step of its
+  (task, method) when it will prune (a prune-only cell, or an ``own-fine-tuning`` cell of a resumed run, which
+  prunes again for the weights);
+* a cell whose own task has none of its (method, condition) yet is estimated from the other tasks that have, scaled up,
+  never down, by how much longer the task's base fine-tune took than the other's: the larger of the two ratios of
+  their shortest fine-tunes, in seconds and in seconds per train example (the larger the task's train split, or
+  its sentences, the longer), and at most the longest work recorded (so that it is never stricter than the rule
+  for a cell nothing estimates, below); of several tasks, the smallest such estimate (a task with short sentences
+  scales by a large ratio per example: CoLA's Voita cell, 610 s, would say 2455 s for RTE, MRPC's 758 s says
+  1236 s). Without a base fine-tune of both tasks there is no such estimate. Measured on
+  ``results/quick-protocol2``: the CoLA cells took 0.2-0.8 of their MRPC times (shorter sentences), which this rule
+  estimates at 1.0 of them (the shortest CoLA fine-tune, 536 s, is shorter than MRPC's, 569 s);
+* a base fine-tune as the longest one recorded for the task (``base/*/train_info.json``).
+
+A cell or fine-tune that nothing recorded can estimate (a new method, a new task's base fine-tune) starts only while
+the time left is at least the longest cell or fine-tune the folder has recorded, times :data:`MARGIN`; in a folder
+with no record it starts while any time is left.
+
+Which machine recorded a time matters as much as what it was (:class:`MachineTimes`): the same RTE AUBER cell took
+3,963 s on one 2-core CPU and 2,300-2,649 s on another, and a GPU takes a fraction of either. Records and base
+fine-tunes name what ran them, the CPU or GPU and torch's threads (``cost.machine``, ``cost.threads``;
+``train_info``'s ``machine``, ``threads``). A run estimates a cell (a base fine-tune) from, in order:
+
+1. the work of its own machine and threads, by the rules above (its task's records, else another task's scaled);
+2. else each other named machine's estimate by the same rules, times how much longer this machine took than that
+   one to fine-tune a base model of a task both fine-tuned (the shortest of each, per train example when both
+   give a count, else in seconds; of several such tasks, the largest ratio); of several machines, the largest
+   such estimate, which may exceed the longest work recorded (a slower machine is slower). A sitting on a faster
+   CPU, with more threads per cell, or on a faster GPU model scales the others' times down once it has fine-tuned a
+   base model itself, a slower one scales them up (CPU and GPU work never meet in one folder: ``run.json``'s
+   ``device_type`` refuses the other device; on one seed a GPU, with its own library versions, moved RTE's base
+   model by 2.5 points, ``results/gpu-protocol2-seed0``);
+3. else every record and fine-tune of the folder, whatever ran them, as if one machine had (work that names no
+   machine, written before records named it, counts only here): the margin covers some of the difference, not
+   a slower machine.
+
+Not scaled: the rule for work nothing estimates reads the longest work of any machine as it was recorded, and a
+run that fine-tunes no base model itself (its bases are all cached, e.g. a faster CPU resuming seeds whose bases are fine-tuned) has no ratio,
+so rule 2 never applies to it. A run on a Ray cluster (``--ray-address``), whose cells may run on different
+machines, estimates by rule 3 alone; a local Ray run on GPUs is named by the driver's first GPU.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headprune_bench.benchmark.store.folder import base_train_infos
+from headprune_bench.benchmark.store.records import ORIGINAL, PRUNE_ONLY
+
+MARGIN = 1.25
+"""Estimates are multiplied by this before they are compared with the time left."""
+
+def _key(*parts: Any) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+@dataclass
+class CellTimes:
+    """The longest wall times (s) of a run folder's finished work, by what they were (module docstring).
+
+    Attributes:
+        prune: ``task|method`` -> the longest prune step.
+        rest: ``task|method|condition`` -> the longest time besides the prune step.
+        base: ``task`` -> the longest base fine-tune.
+        base_shortest: ``task`` -> the shortest base fine-tune, and the shortest per train example (s/example;
+            None when no ``train_info`` gave an example count), which scale estimates between tasks.
+        longest: the longest cell or base fine-tune of any kind (0.0: nothing recorded).
+        own_steps: ``task|seed|method`` -> the prune-only record's ``prune_wall_s`` (recognises reused steps).
+    """
+
+    prune: dict[str, float] = field(default_factory=dict)
+    rest: dict[str, float] = field(default_factory=dict)
+    base: dict[str, float] = field(default_factory=dict)
+    base_shortest: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+    longest: float = 0.0
+    own_steps: dict[str, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def of_folder(cls, records: Iterable[dict[str, Any]], base_dir: Path) -> CellTimes:
+        """From ``records`` (as ``records.jsonl`` stores them; prune-only records are read first) and the
+        ``train_info.json`` of each base model under ``base_dir`` (folders ``<task>-seed<N>``; an unreadable one is
+        left out)."""
+        return _learn_folder(cls(), records, base_dir)
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Learn a finished cell's times (a record as ``records.jsonl`` stores it). A cell that reuses a prune
+        step is recognised only when its prune-only record was added before it (as a run finishes them)."""
+        cost = record.get("cost") or {}
+        wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
+        step_key = _key(record["task"], record["seed"], record["method"])
+        if record["condition"] == PRUNE_ONLY:
+            self.own_steps[step_key] = cost.get("prune_wall_s")
+        own_step = self.own_steps.get(step_key)
+        if record["method"] == ORIGINAL:  # the unpruned model: no prune step
+            pruned = False
+        elif record["condition"] == PRUNE_ONLY:  # it pruned (random's step may round to 0.0 s: still known)
+            pruned = True
+        elif own_step is None:
+            pruned = wall >= prune
+        else:  # the prune-only cell's time copied: its prune step reused
+            pruned = prune != own_step
+        if pruned:
+            self._keep(self.prune, _key(record["task"], record["method"]), prune)
+        self._keep(self.rest, _key(record["task"], record["method"], record["condition"]),
+                   wall - prune if pruned else wall)
+        self.longest = max(self.longest, wall)
+
+    def add_base(self, task: str, info: dict[str, Any]) -> None:
+        """Learn a base fine-tune's time from its ``train_info`` (``wall_s``; ``examples``, the train split's size).
+
+        Raises:
+            KeyError, TypeError, ValueError: ``info`` has no finite number ``wall_s``.
+        """
+        wall = float(info["wall_s"])
+        if not math.isfinite(wall):  # (edited by hand: NaN would refuse every cell, inf fit every one)
+            raise ValueError(f"train_info wall_s {info['wall_s']!r}: expected a finite number of seconds")
+        examples = info.get("examples")
+        self._keep(self.base, task, wall)
+        self.longest = max(self.longest, wall)
+        if wall <= 0:  # (a time rounded to 0, or edited by hand: nothing to scale by)
+            return
+        per_example = wall / examples if isinstance(examples, int) and examples > 0 else None
+        shortest, shortest_per_example = self.base_shortest.get(task, (math.inf, None))
+        known = [v for v in (shortest_per_example, per_example) if v is not None]
+        self.base_shortest[task] = (min(shortest, wall), min(known, default=None))
+
+    def base_estimate(self, task: str) -> float | None:
+        """Estimated seconds of a base fine-tune of ``task`` (before :data:`MARGIN`): the longest recorded, or None."""
+        return self.base.get(task)
+
+    @staticmethod
+    def _keep(table: dict[str, float], key: str, value: float) -> None:
+        table[key] = max(table.get(key, 0.0), value)
+
+    def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
+        """Estimated seconds of a cell (before :data:`MARGIN`): from its task's records, else from another task's
+        scaled (module docstring); None when neither estimates it."""
+        own = self.recorded(task, method, condition, prunes)
+        if own is not None:
+            return own
+        guesses = []
+        for other in {k.split("|", 1)[0] for k in self.rest} - {task}:
+            recorded, scale = self.recorded(other, method, condition, prunes), self.scale(task, other)
+            if recorded is not None and scale is not None:
+                guesses.append(recorded * scale)
+        return min(min(guesses), self.longest) if guesses else None  # each guess is scaled up already
+
+    def recorded(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
+        """Estimated seconds of a cell from ``task``'s own records alone (no other task's scaled), or None."""
+        rest = self.rest.get(_key(task, method, condition))
+        if rest is None:
+            return None
+        if not prunes:
+            return rest
+        prune = self.prune.get(_key(task, method))
+        return None if prune is None else prune + rest
+
+    def scale(self, task: str, other: str) -> float | None:
+        """How many times longer work on ``task`` is taken to be than on ``other``: the larger of 1 and the ratios
+        of their shortest base fine-tunes, in seconds and in seconds per example; None without a base fine-tune
+        of both (with a positive time)."""
+        if task not in self.base_shortest or other not in self.base_shortest:
+            return None
+        (wall, per_example), (other_wall, other_per_example) = self.base_shortest[task], self.base_shortest[other]
+        ratios = [1.0, wall / other_wall]
+        if per_example is not None and other_per_example is not None:
+            ratios.append(per_example / other_per_example)
+        return max(ratios)
+
+
+def _learn_folder(times: Any, records: Iterable[dict[str, Any]], base_dir: Path) -> Any:
+    """``times`` (a :class:`CellTimes` or :class:`MachineTimes`) after ``add_record`` of each of ``records``,
+    prune-only records first, and ``add_base`` of each readable ``base_dir/<task>-seed<N>/train_info.json``."""
+    for record in sorted(records, key=lambda r: r["condition"] != PRUNE_ONLY):
+        times.add_record(record)
+    for (task, _), info in base_train_infos(base_dir).items():
+        try:
+            times.add_base(task, info)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return times
+
+
+Machine = tuple[str, int]
+"""What ran a record or base fine-tune: the CPU's or GPU's name and torch's threads
+(:func:`headprune_bench.benchmark.provenance.machine_name`; a record's ``cost.machine`` and ``cost.threads``)."""
+
+
+def machine_of(what: dict[str, Any]) -> Machine | None:
+    """The :data:`Machine` a record's ``cost`` or a ``train_info`` names (``machine``, ``threads``), or None when
+    it names no machine or thread count (written before records named them)."""
+    name, threads = what.get("machine"), what.get("threads")
+    if isinstance(name, str) and name and isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        return name, threads
+    return None
+
+
+@dataclass
+class MachineTimes:
+    """A run's estimates from the times of a folder's work, by the machine that did it (module docstring, rules
+    1-3). The same interface as :class:`CellTimes` (``add_record``, ``add_base``, ``cell``, ``base_estimate``,
+    ``longest``), which it holds one of per machine.
+
+    Attributes:
+        here: the :data:`Machine` this run's cells run on, or None (a Ray cluster: every estimate by rule 3).
+        pooled: the times of all the folder's work, whatever ran it (rule 3).
+        machines: each named :data:`Machine` -> the times of the work it ran (rules 1 and 2).
+    """
+
+    here: Machine | None = None
+    pooled: CellTimes = field(default_factory=CellTimes)
+    machines: dict[Machine, CellTimes] = field(default_factory=dict)
+
+    @classmethod
+    def of_folder(cls, records: Iterable[dict[str, Any]], base_dir: Path,
+                  here: Machine | None = None) -> MachineTimes:
+        """From ``records`` and ``base_dir``'s ``train_info.json`` files, as :meth:`CellTimes.of_folder`, for a run
+        on ``here``."""
+        return _learn_folder(cls(here), records, base_dir)
+
+    @property
+    def longest(self) -> float:
+        """The longest cell or base fine-tune recorded on any machine (0.0: nothing recorded)."""
+        return self.pooled.longest
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Learn a finished cell's times (:meth:`CellTimes.add_record`), pooled and under its machine."""
+        self.pooled.add_record(record)
+        machine = machine_of(record.get("cost") or {})
+        if machine is not None:
+            self._of(machine).add_record(record)
+
+    def add_base(self, task: str, info: dict[str, Any]) -> None:
+        """Learn a base fine-tune's time (:meth:`CellTimes.add_base`), pooled and under its machine.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``info`` has no finite number ``wall_s``.
+        """
+        self.pooled.add_base(task, info)
+        machine = machine_of(info)
+        if machine is not None:
+            self._of(machine).add_base(task, info)
+
+    def _of(self, machine: Machine) -> CellTimes:
+        """``machine``'s times. They share the pool's prune steps of prune-only records (``own_steps``): a resumed
+        cell reuses the stored step whatever machine computed it, so that one machine's time is not taken off
+        another's (the pool learns each record first)."""
+        if machine not in self.machines:
+            self.machines[machine] = CellTimes(own_steps=self.pooled.own_steps)
+        return self.machines[machine]
+
+    def speed(self, machine: Machine) -> float | None:
+        """How many times longer work takes on :attr:`here` than on ``machine``: the largest, over the tasks both
+        fine-tuned a base model of (with a positive time), of the ratio of their shortest fine-tunes, per train
+        example when both give an example count, else in seconds; None without such a task."""
+        here, other = self.machines.get(self.here) if self.here else None, self.machines.get(machine)
+        if here is None or other is None:
+            return None
+        ratios = []
+        for task, (wall, per_example) in here.base_shortest.items():
+            if task in other.base_shortest:
+                other_wall, other_per_example = other.base_shortest[task]
+                both = per_example is not None and other_per_example is not None
+                ratios.append(per_example / other_per_example if both else wall / other_wall)
+        return max(ratios, default=None)
+
+    def _estimate(self, recorded: Callable[[CellTimes], float | None],
+                  pooled: Callable[[], float | None]) -> float | None:
+        """Rules 1-3: ``recorded(times)``, one machine's estimate (None: none), here, else scaled from the other
+        machines; else ``pooled()``, rule 3's."""
+        here = self.machines.get(self.here) if self.here else None
+        if here is not None and (own := recorded(here)) is not None:
+            return own
+        scaled = [estimate * speed for machine, times in self.machines.items() if machine != self.here
+                  if (estimate := recorded(times)) is not None and (speed := self.speed(machine)) is not None]
+        return max(scaled) if scaled else pooled()
+
+    def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
+        """Estimated seconds of a cell (before :data:`MARGIN`; module docstring, rules 1-3), or None."""
+        return self._estimate(lambda times: times.cell(task, method, condition, prunes),
+                              lambda: self.pooled.cell(task, method, condition, prunes))
+
+    def base_estimate(self, task: str) -> float | None:
+        """Estimated seconds of a base fine-tune of ``task`` (before :data:`MARGIN`; rules 1-3), or None."""
+        return self._estimate(lambda times: times.base_estimate(task), lambda: self.pooled.base_estimate(task))
+
+
+@dataclass
+class TimeLimit:
+    """The run's deadline and the estimates it is checked with (picklable: Ray's status board holds one).
+
+    Attributes:
+        deadline: ``time.time()`` by which started work should have finished.
+        times: the wall times recorded in the folder and by this run (:class:`MachineTimes`, or
+            :class:`CellTimes`: every time as if one machine had recorded it).
+        margin: the factor estimates are multiplied by (:data:`MARGIN`).
+    """
+
+    deadline: float
+    times: MachineTimes | CellTimes
+    margin: float = MARGIN
+
+    @classmethod
+    def starting_now(cls, seconds: float, times: MachineTimes | CellTimes) -> TimeLimit:
+        """A limit of ``seconds`` from now."""
+        return cls(time.time() + seconds, times)
+
+    def left(self, now: float | None = None) -> float:
+        """Seconds left (negative once the deadline passed)."""
+        return self.deadline - (time.time() if now is None else now)
+
+    def refusal(self, estimate: float | None, now: float | None = None) -> str | None:
+        """Why work estimated at ``estimate`` seconds (None: unknown, see the module docstring) should not start
+        (it would not finish before the deadline), or None: it fits."""
+        left = self.left(now)
+        if estimate is None:
+            if left > 0 and left >= self.margin * self.times.longest:
+                return None
+            return (f"time limit: no recorded time estimates it, and {left:.0f} s left < {self.margin} x the "
+                    f"longest recorded work ({self.times.longest:.0f} s)")
+        if self.margin * estimate <= left:
+            return None
+        return f"time limit: expected {estimate:.0f} s x {self.margin} > {left:.0f} s left"
+
+    def fits(self, estimate: float | None, now: float | None = None) -> bool:
+        """Whether work estimated at ``estimate`` seconds should finish before the deadline (:meth:`refusal`)."""
+        return self.refusal(estimate, now) is None
+
+    def cell_refusal(self, task: str, method: str, condition: str, prunes: bool,
+                     now: float | None = None) -> str | None:
+        """Why a cell (``prunes``: it will run its method's prune step) should not start, or None: it fits."""
+        return self.refusal(self.times.cell(task, method, condition, prunes), now)
+
+    def base_refusal(self, task: str, now: float | None = None) -> str | None:
+        """Why a base fine-tune of ``task`` should not start, or None: it fits."""
+        return self.refusal(self.times.base_estimate(task), now)
+
+    def fits_cell(self, task: str, method: str, condition: str, prunes: bool, now: float | None = None) -> bool:
+        """Whether a cell (``prunes``: it will run its method's prune step) should finish before the deadline."""
+        return self.cell_refusal(task, method, condition, prunes, now) is None
+
+    def fits_base(self, task: str, now: float | None = None) -> bool:
+        """Whether a base fine-tune of ``task`` should finish before the deadline."""
+        return self.base_refusal(task, now) is None

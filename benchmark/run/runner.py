@@ -1,0 +1,392 @@
+"""The benchmark runner: for each (task, seed) fine-tune (or reuse) the base model, then for each method build
+the pruning context, prune, evaluate on the GLUE dev split and append one record per cell.
+
+Protocol: shared/reference/protocol.md. A *cell* is (task, seed, method, budget, condition); the base model of a
+(task, seed) is fine-tuned once on the (capped) train split, cached in ``DIR/base/`` and shared by every method,
+so comparisons are paired by seed. Methods see only the train-derived splits ``mini_train`` / ``mini_dev`` (a
+seeded ``mini_dev_fraction`` slice of the train split); the dev split is read only to report. In a (task, seed) whose
+``original`` record an earlier run stored, each cell also checks that the base model it started from (loaded, or
+fine-tuned again) predicts the dev set as that record says (:meth:`CellWork.base_check
+<headprune_bench.benchmark.cells.work.CellWork.base_check>`); when it does not, its record carries the count
+(``trace.base_dev_predictions_differ``) and the run warns once per (task, seed).
+
+Conditions (protocol §4): ``prune-only`` always (the mask on the base weights); with ``recover=True`` (the
+default) also ``prune+recover`` (the masked base model re-fine-tuned on mini-train with the same budget for every
+method, early stopping on mini-dev, mask fixed) and the ``control`` (method ``original``: the unpruned base model
+given the same extra fine-tuning); for a method that re-trains (``HeadPruner.changes_weights()``, e.g. AUBER)
+also ``own-fine-tuning``, its own weights with its mask, a separate row.
+
+The path of one record: :meth:`Runner.run` plans the cells; serially (the default) it takes, per task,
+:func:`~headprune_bench.benchmark.cells.bench.prepare_task`, and :meth:`Runner._run_seed` gets the base model (:meth:`Runner._base_model`)
+and runs each cell to do with :meth:`Runner._run_cell`, i.e. :meth:`CellWork.run_cell
+<headprune_bench.benchmark.cells.work.CellWork.run_cell>`: the prune step (its budget from the run's budget, or from the setter's
+record), the condition step (:func:`~headprune_bench.benchmark.cells.bench.condition_step`), the dev evaluation
+(:func:`~headprune_bench.benchmark.cells.bench.evaluate_on_dev`) and :func:`~headprune_bench.benchmark.cells.bench.assemble_record`; the record gets its key and
+``base_failed`` (:meth:`CellWork.finish <headprune_bench.benchmark.cells.work.CellWork.finish>`) and :meth:`RecordStore.add
+<headprune_bench.benchmark.store.jsonl.RecordStore.add>` appends ``record.to_dict()`` to ``records.jsonl``. With ``--workers`` or
+``--ray-address`` the same :class:`~headprune_bench.benchmark.cells.work.CellWork` steps run as Ray tasks and this process
+stays the only writer (:mod:`headprune_bench.benchmark.execution.ray.driver`).
+
+Module layout: :mod:`headprune_bench.benchmark.config.run` (options), :mod:`headprune_bench.benchmark.execution.resolve` (serial or Ray, threads, GPUs),
+:mod:`headprune_bench.benchmark.store.folder` (``run.json``, base models), :mod:`headprune_bench.benchmark.provenance`, :mod:`headprune_bench.benchmark.cells.bench` (the
+steps of one cell), :mod:`headprune_bench.benchmark.cells.work` (one cell, anywhere), this module (planning and the serial loop),
+:mod:`headprune_bench.benchmark.execution.ray.driver` (the Ray loop).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from headprune_bench import methods
+from headprune_bench.benchmark import models, tasks
+from headprune_bench.benchmark.cells.bench import SeedBench, TaskData, prepare_task
+from headprune_bench.benchmark.cells.work import (
+    CellWork,
+    PruneState,
+    check_floor,
+    floor_suffix,
+    warn_other_base,
+    will_prune,
+)
+from headprune_bench.benchmark.config.presets import ConfigError, Experiment
+from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
+from headprune_bench.benchmark.execution.resolve import resolve_execution
+from headprune_bench.benchmark.execution.stopping import StopRequest, starts_after_stop, stop_between_cells
+from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
+from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
+from headprune_bench.benchmark.store.folder import BASE_DIR, check_run_json, save_base_model
+from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, file_lock
+from headprune_bench.benchmark.store.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
+
+log = logging.getLogger("benchmark")
+
+
+class Runner:
+    """Runs (or resumes) a benchmark into ``config.out``. Use :meth:`run`, then :meth:`close`.
+
+    Everything that can be checked without training is checked on construction: the tasks' data files, the
+    method names and options, the budget against the model's head count, the folder's ``run.json``.
+
+    Raises:
+        ConfigError: a bad option, or a folder made with another configuration (see
+            :func:`~headprune_bench.benchmark.store.folder.check_run_json`).
+        headprune_bench.benchmark.tasks.DataError: a task's data is missing or malformed.
+        OSError: the model or the folder cannot be read or written.
+    """
+
+    def __init__(self, config: RunConfig) -> None:
+        self.cfg = config
+        self.out = Path(config.out)
+        self.execution = resolve_execution(config)  # serial, or on Ray; the device cells run on
+        self.device = self.execution.device
+        self.task_specs = [tasks.get_task(t) for t in config.tasks]
+        self.data_dir = tasks.resolve_data_dir(config.data_dir)
+        # Read every task's files now: a missing or malformed file fails the run before any training.
+        self.raw = {spec.name: tasks.load_task(spec, self.data_dir) for spec in self.task_specs}
+        self.method_names = self._method_order()
+        model_config = models.check_architecture(config.model)
+        total_heads = model_config.num_hidden_layers * model_config.num_attention_heads
+        fixed = config.budget.target(total_heads) if config.budget.kind != "matched" else None  # heads:K too large
+        check_floor(config.min_heads_per_layer, model_config.num_hidden_layers, model_config.num_attention_heads,
+                    fixed)
+        for name in self.method_names:  # fails now, not after training: checks that need the model and budget
+            pruner = methods.create(name, **config.method_options.get(name, {}))
+            pruner.check_setup(model_config.num_hidden_layers, model_config.num_attention_heads,
+                               None if pruner.own_budget or not pruner.needs_target else fixed, model_config)
+        quiet_libraries()
+        self.out.mkdir(parents=True, exist_ok=True)  # only now: a refused configuration leaves no empty folder
+        self._setup_logging()
+        self.experiment = Experiment(
+            model=config.model,
+            model_revision=models.model_revision(config.model),
+            data_source=str(self.data_dir.resolve()) if self.data_dir else f"hub:{tasks.HUB_DATASET}",
+            data_hashes=data_hashes(self.task_specs, self.data_dir),
+            train=dataclasses.asdict(config.preset.train),
+            recover=dataclasses.asdict(config.preset.recover),
+            max_length=config.preset.max_length,
+            max_train_examples=config.preset.max_train_examples,
+            max_dev_examples=config.preset.max_dev_examples,
+            mini_dev_fraction=config.preset.mini_dev_fraction,
+            device_type=self.device.type,
+            # only a non-default precision enters the experiment, so folders made before --precision keep their hash
+            extra={"precision": config.precision} if config.precision != "fp32" else {},
+        )
+        per_layer = config.match_per_layer and config.budget.kind == "matched"
+        self.budget_label = config.budget.label + ("/per-layer" if per_layer else "") + floor_suffix(config)
+        self.config_hash = check_run_json(self.out, self.experiment)
+        self.store = RecordStore(self.out)
+        for broken in self.store.rejected:
+            tqdm.write(f"warning: {broken}: moved to {self.out / REJECTED} (kept there); its cell, if it was a "
+                       f"record, is computed again", file=sys.stderr)
+        self.provenance = {"git_commit": git_commit(self.out), "versions": library_versions(), "model": config.model,
+                           "model_revision": self.experiment.model_revision,
+                           "data_hashes": self.experiment.data_hashes, "config_hash": self.config_hash}
+        self.work = CellWork(cfg=config, provenance=self.provenance, budget_label=self.budget_label,
+                             method_classes={m: methods.get_method_class(m) for m in self.method_names},
+                             device=self.device)
+        self.failures: list[dict[str, Any]] = []
+        self.warned_bases: set[tuple[str, int]] = set()  # (task, seed)s warned about (cell_work.warn_other_base)
+        self.stop = StopRequest()  # replaced by run()'s, which the first SIGINT sets
+        self.not_run = 0
+        self.limit: TimeLimit | None = None  # run()'s, with --time-limit
+        self.tokenizer = None  # loaded by the first task_data()
+        # the last prune step, reused by the prune+recover cell of the same (task, seed, method)
+        self._pruned: dict[tuple[str, int, str], PruneState] = {}
+
+    # ------------------------------------------------------------------ setup helpers
+
+    def _method_order(self) -> list[str]:
+        """The run's methods, each once, the budget setter of ``matched:METHOD`` first; every method's options
+        are checked by creating it.
+
+        Raises:
+            ConfigError: the budget setter itself needs a head count, or is not among the methods.
+            methods.UnknownMethodError / ValueError: an unknown method or option.
+        """
+        names = list(dict.fromkeys(self.cfg.methods))
+        for name in names:  # fail fast on unknown names / options
+            self._create(name)
+        if self.cfg.budget.kind == "matched":
+            setter = self.cfg.budget.value
+            if methods.get_method_class(setter).needs_target:
+                raise ConfigError(
+                    f"--budget matched:{setter}: {setter} itself needs a head count; the budget setter must be a "
+                    f"method that decides how many heads to prune (e.g. auber)"
+                )
+            if setter not in names:
+                raise ConfigError(f"--budget matched:{setter}: add {setter} to --methods (it sets the budget)")
+            names.remove(setter)
+            names.insert(0, setter)
+        return names
+
+    def _setup_logging(self) -> None:
+        """Log to ``DIR/run.log`` (removed again by :meth:`close`)."""
+        handler = logging.FileHandler(self.out / "run.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        self._handler = handler
+
+    def folder_times(self) -> MachineTimes:
+        """The wall times of the folder's records and base fine-tunes, which estimate this run's cells by the
+        machine that ran them (:class:`~headprune_bench.benchmark.execution.time_limit.MachineTimes`; this run's: ``Execution.machine``)."""
+        return MachineTimes.of_folder(self.store.records(), self.out / BASE_DIR, here=self.execution.machine())
+
+    # ------------------------------------------------------------------ cells
+
+    def planned_cells(self) -> list[tuple[str, int, str, str]]:
+        """(task, seed, method, condition) of every cell of this run, in execution order."""
+        conditions = [PRUNE_ONLY] + ([RECOVER] if self.cfg.recover else [])
+        cells = []
+        for spec in self.task_specs:
+            for seed in self.cfg.seeds:
+                cells.append((spec.name, seed, ORIGINAL, PRUNE_ONLY))
+                if self.cfg.recover:
+                    cells.append((spec.name, seed, ORIGINAL, CONTROL))
+                for name in self.method_names:
+                    own = [OWN] if self._create(name).changes_weights() else []
+                    for cond in conditions + own:
+                        cells.append((spec.name, seed, name, cond))
+        return cells
+
+    def _key(self, task: str, seed: int, method: str, condition: str) -> str:
+        """The key of a planned cell (:meth:`CellWork.key <headprune_bench.benchmark.cells.work.CellWork.key>`)."""
+        return self.work.key(task, seed, method, condition)
+
+    def _create(self, method: str):
+        """A fresh pruner of ``method`` with this run's options for it."""
+        return methods.create(method, **self.cfg.method_options.get(method, {}))
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> list[dict[str, Any]]:
+        """Compute every missing cell, one at a time here or on Ray (``--workers`` / ``--ray-address``, see
+        :mod:`headprune_bench.benchmark.execution.ray.driver`); returns the records of this run's cells (finished ones included), as the JSON
+        objects of ``records.jsonl``.
+
+        Failed cells are written to ``failures.jsonl`` and listed in ``self.failures``; the other cells go on. The
+        first SIGINT (Ctrl-C) stops the run between cells (:mod:`headprune_bench.benchmark.execution.stopping`): the running cells finish and
+        are written, no other starts, and ``self.not_run`` counts the cells left to do (0 when the run finished).
+        """
+        planned = self.planned_cells()
+        keys = [self._key(*c) for c in planned]
+        todo = {k for k in keys if k not in self.store}
+        self.store.add_plan({"started": now_utc(), "argv": sys.argv[1:], "git_commit": self.provenance["git_commit"],
+                             "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
+                             "methods": self.method_names, "budget": self.budget_label, "recover": self.cfg.recover,
+                             "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})
+        log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
+                 self.execution.summary())
+        if self.cfg.time_limit_s is not None:
+            self.limit = TimeLimit.starting_now(self.cfg.time_limit_s, self.folder_times())
+            log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)
+        bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
+        try:
+            with stop_between_cells() as self.stop:
+                if self.execution.parallel:
+                    from headprune_bench.benchmark.execution.ray.driver import run_on_ray
+
+                    run_on_ray(self, planned, todo, bar)
+                else:
+                    self._run_serial(planned, todo, bar)
+        finally:
+            bar.close()
+        failed = {f["cell"] for f in self.failures}
+        self.not_run = len(todo - failed) if self.stop.requested or self.limit is not None else 0
+        if self.not_run:
+            log.warning("%s: %d cell(s) not run; the same command resumes",
+                        "stopped on request" if self.stop.requested else "time limit", self.not_run)
+        return [self.store.get(k) for k in keys if self.store.get(k) is not None]
+
+    def seeds_to_do(self, planned, todo: set[str]) -> list[tuple[tasks.TaskSpec, list[int]]]:
+        """Per task of the run (in order), the seeds that have a cell in ``todo``; tasks without one left out."""
+        out = []
+        for spec in self.task_specs:
+            seeds = [s for s in self.cfg.seeds
+                     if any(self._key(*c) in todo for c in planned if c[0] == spec.name and c[1] == s)]
+            if seeds:
+                out.append((spec, seeds))
+        return out
+
+    def task_data(self, spec: tasks.TaskSpec) -> TaskData:
+        """The task's capped, tokenised splits (:func:`~headprune_bench.benchmark.cells.bench.prepare_task`); loads the tokenizer once."""
+        if self.tokenizer is None:
+            self.tokenizer = models.load_tokenizer(self.cfg.model)
+        return prepare_task(spec, self.raw[spec.name], self.tokenizer, self.cfg.preset, self.experiment.subsample_seed)
+
+    def _run_serial(self, planned, todo: set[str], bar) -> None:
+        """Today's path: the cells one at a time in this process, (task, seed) by (task, seed)."""
+        for spec, seeds in self.seeds_to_do(planned, todo):
+            if self.stop.requested:
+                return
+            data = self.task_data(spec)
+            for seed in seeds:
+                if self.stop.requested:
+                    return
+                cells = [c for c in planned if c[0] == spec.name and c[1] == seed]
+                self._run_seed(data, seed, cells, todo, bar)
+
+    def _run_seed(self, data: TaskData, seed: int, cells, todo: set[str], bar) -> None:
+        """Run the cells of one (task, seed) that are in ``todo``; store each record, or its failure."""
+        spec = data.spec
+        if self.limit is not None and not (self.base_folder(spec.name, seed) / "config.json").exists():
+            refusal = self.limit.base_refusal(spec.name)
+            if refusal is not None:  # its fine-tune would not finish in time: so would none of its cells
+                log.info("base model of %s seed %d not trained: %s", spec.name, seed, refusal)
+                return
+        bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
+        original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
+        resumed = self.store.get(original_key) is not None  # its cells check the base model against that record
+        for task_name, _, method, condition in cells:
+            key = self._key(task_name, seed, method, condition)
+            if key not in todo:
+                continue
+            inputs = self._cell_inputs(bench, method, condition)
+            holds_weights = starts_after_stop(condition, inputs[1])  # seconds now, else a prune step again later
+            if self.stop.requested and not holds_weights:
+                continue
+            if self.limit is not None and not holds_weights:
+                refusal = self.limit.cell_refusal(spec.name, method, condition,
+                                                  will_prune(method, condition, *inputs[1:]))
+                if refusal is not None:
+                    log.info("cell %s not started: %s", key, refusal)
+                    continue
+            bar.set_description(f"{spec.name} s{seed} {method} {condition}")
+            try:
+                record = self._run_cell(bench, method, condition, inputs)
+            except Exception as exc:  # noqa: BLE001 - a failed cell must not lose the others
+                self.record_failure(key, spec.name, seed, method, condition, f"{type(exc).__name__}: {exc}",
+                                    traceback.format_exc())
+            else:
+                record = self.work.finish(record, key, bench, self.store.get(original_key), stored_original=resumed)
+                self.store.add(record)
+                warn_other_base(record, self.warned_bases)
+                todo.discard(key)
+                if self.limit is not None:  # the next seeds' cells are estimated from it
+                    self.limit.times.add_record(record.to_dict())
+            bar.update(1)
+
+    def _cell_inputs(self, bench: SeedBench, method: str, condition: str):
+        """``(setter record, reused prune step, stored prune-only record)`` of a cell, as
+        :meth:`CellWork.run_cell <headprune_bench.benchmark.cells.work.CellWork.run_cell>` takes them: the setter's record and a
+        resumed run's prune-only record from the store, this run's last prune step of the method."""
+        spec = bench.data.spec
+        setter = self.work.setter()
+        setter_record = self.store.get(self._key(spec.name, bench.seed, setter, PRUNE_ONLY)) if setter else None
+        reuse = self._pruned.get((spec.name, bench.seed, method))
+        stored = None
+        if condition in REUSES_PRUNE and (reuse is None or reuse.from_record):  # resumed: prune-only was stored
+            stored = self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY))
+        return setter_record, reuse, stored
+
+    def _run_cell(self, bench: SeedBench, method: str, condition: str, inputs) -> Record:
+        """One cell with its :meth:`_cell_inputs`; a method's prune step is kept for its other conditions."""
+        record, state = self.work.run_cell(bench, method, condition, *inputs)
+        if state is not None:
+            self._pruned = {(bench.data.spec.name, bench.seed, method): state}  # keep one: models are large
+        return record
+
+    def record_failure(self, key: str, task: str, seed: int, method: str, condition: str, error: str,
+                       trace: str) -> None:
+        """Record a failed cell in ``failures.jsonl`` and ``self.failures``, log it and say it (it is retried by
+        the next run)."""
+        failure = {"cell": key, "task": task, "seed": seed, "method": method, "condition": condition,
+                   "error": error, "traceback": trace, "time": now_utc()}
+        self.store.add_failure(failure)
+        self.failures.append(failure)
+        log.error("cell %s failed: %s", key, error)
+        tqdm.write(f"FAILED {key}: {error}")
+
+    # ------------------------------------------------------------------ base model
+
+    def base_folder(self, task: str, seed: int) -> Path:
+        """Where the base model of (``task``, ``seed``) is cached."""
+        return self.out / BASE_DIR / f"{task}-seed{seed}"
+
+    def base_lock(self, task: str, seed: int) -> Path:
+        """The lock file of that base model: processes sharing the folder train it once."""
+        return self.out / f".base-{task}-seed{seed}.lock"
+
+    def save_base(self, task: str, seed: int, model, info: dict[str, Any]) -> None:
+        """Save a base model fine-tuned elsewhere (a Ray worker) under its (task, seed)'s lock, unless another
+        process saved it first.
+
+        Raises:
+            RunFolderError: it cannot be saved.
+        """
+        folder = self.base_folder(task, seed)
+        with open(self.base_lock(task, seed), "a+b") as lock, file_lock(lock.fileno()):
+            if not (folder / "config.json").exists():
+                save_base_model(model, self.tokenizer, folder, info)
+        log.info("base model %s trained in %.0f s", folder, info["wall_s"])
+
+    def _base_model(self, data: TaskData, seed: int):
+        """Fine-tune the pre-trained model on the (capped) train split with ``seed``, or load it from
+        ``DIR/base/<task>-seed<seed>`` when a previous run finished it. Saved atomically (tmp dir + rename).
+
+        Raises:
+            RunFolderError: the cached model cannot be loaded, or the fine-tuned one cannot be saved.
+        """
+        folder = self.base_folder(data.spec.name, seed)
+        # one lock per (task, seed): processes sharing the folder that need the same base model train it once;
+        # the others wait, then load it
+        with open(self.base_lock(data.spec.name, seed), "a+b") as lock, file_lock(lock.fileno()):
+            if (folder / "config.json").exists():
+                return self.work.load_base(folder)
+            model, info = self.work.train_base(data, seed, self.tokenizer)
+            save_base_model(model, self.tokenizer, folder, info)
+            log.info("base model %s trained in %.0f s", folder, info["wall_s"])
+            if self.limit is not None:
+                self.limit.times.add_base(data.spec.name, info)
+            return model
+
+    def close(self) -> None:
+        """Stop logging to ``DIR/run.log``."""
+        log.removeHandler(self._handler)
+        self._handler.close()

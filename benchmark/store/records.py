@@ -1,0 +1,303 @@
+"""The result record of one cell, typed and versioned, and the cell key it is stored under.
+
+A *cell* is (task, seed, method, budget, condition) plus the hash of the method's options
+(``shared/reference/protocol.md`` §1). :class:`CellKey` builds and parses its string form
+``task|seed=N|method|budget|condition|opts=HASH`` in one place; :class:`Record` is what ``Runner`` writes, one
+JSON line per cell in ``records.jsonl``, and what every reader (``bench report``, the summary) loads.
+
+Versioning (after mteb's ``TaskResult``): every record carries ``schema``; :meth:`Record.from_dict` reads every
+schema written so far and migrates old fields on read (committed files are never rewritten):
+
+* schema 0 (a record without ``schema``, from before it was written): the cell key, if absent, is built from
+  the record's task, seed, method, budget and condition (without an ``opts`` part, as that runner keyed cells);
+  ``base_failed`` absent means False; absent cost fields are NaN / 0;
+* schema 1: the fields of :class:`Record` without ``weights`` and ``layers_emptied``, written by the first
+  protocol, under which a method that re-trains (AUBER) was evaluated in ``prune-only`` on its own weights. Read:
+  such a record (``prune-only`` with ``retrained`` true) becomes the ``own-fine-tuning`` row it was (its stored
+  ``cell`` key is kept); ``weights`` follows from the condition, except a re-training method's prune+recover cell,
+  which started from its own weights (``own+recovery``); ``layers_emptied`` is counted from the mask.
+  The committed ``results/*/records.jsonl`` from before 2026-12 are schema 1.
+* schema 2 (current, protocol 2): ``weights`` and ``layers_emptied`` written; every condition but
+  ``own-fine-tuning`` evaluates the shared base weights (re-fine-tuned for ``prune+recover`` / ``control``).
+
+:meth:`Record.to_dict` gives exactly the JSON object the runner writes (same keys, same values), so records
+written through this class are byte-identical to the runner's of the same content.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from headprune_bench.benchmark.config.presets import config_hash
+
+SCHEMA = 2
+"""The schema version :class:`Record` writes."""
+
+# --------------------------------------------------------------------------- shared names (one home each)
+
+ORIGINAL = "original"
+"""The method name of the unpruned base model."""
+CONTROL_NAME = "control"
+"""The report's name of the unpruned model in the ``control`` condition."""
+PRUNE_ONLY, RECOVER, CONTROL, OWN = "prune-only", "prune+recover", "control", "own-fine-tuning"
+"""Conditions (protocol.md §4): the mask on the base weights, evaluated; the same re-fine-tuned on mini-train with
+the mask fixed (the headline); the unpruned base model given that re-fine-tuning (method ``original``, the
+headline's reference); a method's own re-trained weights with its mask (AUBER's output as its paper reports it;
+only for methods whose ``changes_weights()`` is true)."""
+CONDITIONS = (PRUNE_ONLY, RECOVER, CONTROL, OWN)
+REUSES_PRUNE = (RECOVER, OWN)
+"""Conditions whose cell reuses the prune step of the method's prune-only cell (same mask, same weights)."""
+WEIGHTS = {PRUNE_ONLY: "base", RECOVER: "base+recovery", CONTROL: "base+recovery", OWN: "own"}
+"""The weights a condition evaluates (``Record.weights``): the (task, seed)'s fine-tuned base model; that model
+re-fine-tuned by the shared recovery recipe; the method's own re-trained weights. An ``own-fine-tuning`` cell
+whose method left the weights unchanged (``retrained`` false) records ``base``. Read from protocol-1 records only:
+``own+recovery`` (a re-training method's prune+recover cell started from its own weights) and ``unknown``."""
+NO_BUDGET = "none"
+"""Budget spec of the unpruned model."""
+OWN_BUDGET = "own"
+"""Budget spec of a method that decides its own head count (``HeadPruner.own_budget``, e.g. AUBER)."""
+NO_OPTIONS = "-"
+"""Options hash of the unpruned model (it has no options)."""
+
+BASE_DIFFERS = "base_dev_predictions_differ"
+"""``Record.trace`` key of a cell computed on a base model that predicts ``N`` dev examples otherwise than the stored
+``original`` record of its (task, seed) (:meth:`CellWork.base_check <headprune_bench.benchmark.cells.work.CellWork.base_check>`, a
+resumed run); absent when none differs or nothing was compared. ``bench report`` warns about such records."""
+
+METRIC_LABEL = {"accuracy": "acc", "matthews_correlation": "MCC", "f1": "F1"}
+"""Short label of each GLUE metric in tables."""
+METRIC_AXIS = {"accuracy": "accuracy (%)", "matthews_correlation": "MCC × 100", "f1": "F1 (%)"}
+"""Axis label of each GLUE metric in plots (scores are shown in percent points, MCC × 100)."""
+
+
+def options_hash(method: str, options: dict[str, Any] | None) -> str:
+    """The ``opts`` part of a cell key: :data:`NO_OPTIONS` for the unpruned model, else the options' hash."""
+    return NO_OPTIONS if method == ORIGINAL else config_hash(options or {})
+
+
+def _protocol1_weights(d: dict[str, Any], condition: str) -> str:
+    """The weights a schema-0/1 record evaluated: under protocol 1 a method that re-trains (AUBER; Voita, DSP when
+    joint) started every condition from its own weights, so its prune+recover cell evaluated ``own+recovery``;
+    ``unknown`` when the method or its options cannot be read any more; else as the condition says."""
+    if condition != RECOVER or d.get("method") == ORIGINAL:
+        return ""  # (derived from the condition by __post_init__)
+    try:
+        from headprune_bench import methods
+        own = methods.create(d["method"], **(d.get("method_options") or {})).changes_weights()
+    except Exception:  # noqa: BLE001 - an unregistered method or an option it no longer has
+        return "unknown"
+    return "own+recovery" if own else "base+recovery"
+
+
+def layers_emptied(mask: list[list[int]]) -> int:
+    """How many layers of an ``[L][H]`` 0/1 mask lost every head (0 for an empty mask)."""
+    return sum(1 for row in mask if row and not any(row))
+
+
+# --------------------------------------------------------------------------- the cell key
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """The key of one cell: ``task|seed=N|method|budget|condition|opts=HASH``.
+
+    Attributes:
+        task: GLUE task name (``mrpc``).
+        seed: the (task, seed) pair's seed.
+        method: registered method name, or :data:`ORIGINAL`.
+        budget: budget spec (``fraction:0.3``, ``matched:auber``, :data:`OWN_BUDGET`, :data:`NO_BUDGET`).
+        condition: one of :data:`CONDITIONS`.
+        opts: the method options' hash (:func:`options_hash`); ``None`` for keys of the first runner, which had
+            no ``opts`` part.
+    """
+
+    task: str
+    seed: int
+    method: str
+    budget: str
+    condition: str
+    opts: str | None = NO_OPTIONS
+
+    def __str__(self) -> str:
+        text = f"{self.task}|seed={self.seed}|{self.method}|{self.budget}|{self.condition}"
+        return text if self.opts is None else f"{text}|opts={self.opts}"
+
+    @classmethod
+    def parse(cls, text: str) -> CellKey:
+        """The key of its string form (with or without the ``opts=`` part).
+
+        Raises:
+            ValueError: not a cell key; the message quotes it.
+        """
+        parts = str(text).split("|")
+        opts = None
+        if len(parts) == 6 and parts[5].startswith("opts="):
+            opts = parts.pop()[len("opts="):]
+        if len(parts) != 5 or not parts[1].startswith("seed=") or not parts[1][5:].lstrip("-").isdigit():
+            raise ValueError(f"{text!r} is not a cell key (task|seed=N|method|budget|condition|opts=HASH)")
+        task, seed, method, budget, condition = parts
+        return cls(task, int(seed[5:]), method, budget, condition, opts)
+
+    @classmethod
+    def of(cls, task: str, seed: int, method: str, budget: str, condition: str,
+           options: dict[str, Any] | None) -> CellKey:
+        """The key of a cell whose method ran with ``options`` (hashed with :func:`options_hash`)."""
+        return cls(task, int(seed), method, budget, condition, options_hash(method, options))
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclass
+class BudgetInfo:
+    """How many heads a cell was asked to prune and pruned.
+
+    Attributes:
+        spec: the budget spec the cell is keyed with.
+        target: the head count asked for (None when the method decided, or for the unpruned model).
+        achieved: heads pruned (0 in the mask).
+        note: how the target came about (``matched:auber (auber pruned 46)``, ``decides its own count``, ...).
+    """
+
+    spec: str
+    target: int | None
+    achieved: int
+    note: str
+
+
+@dataclass
+class Cost:
+    """Cost of a cell: ``wall_s`` (seconds, pruning + any re-fine-tuning + the dev evaluation, not the shared base
+    fine-tune), ``prune_wall_s`` (the method alone), ``device`` (``cpu``, ``cuda:0``), examples through forward /
+    backward, ``machine`` (the CPU's or GPU's name, :func:`headprune_bench.benchmark.provenance.machine_name`) and ``threads``
+    (torch's intra-op threads while the cell ran). Records written before ``machine`` and ``threads`` existed
+    read as ``""`` and 0: unknown."""
+
+    wall_s: float = math.nan
+    prune_wall_s: float = math.nan
+    device: str = ""
+    forward_examples: int = 0
+    backward_examples: int = 0
+    machine: str = ""
+    threads: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of a record's ``cost``; ``machine`` and ``threads`` only when known, so that a record
+        written before they existed writes back as it was read."""
+        out = dataclasses.asdict(self)
+        for name, unknown in (("machine", ""), ("threads", 0)):
+            if out[name] == unknown:
+                del out[name]
+        return out
+
+
+@dataclass
+class Record:
+    """The result of one cell, as stored in ``records.jsonl`` (see the module docstring for the versions).
+
+    Scores are fractions (accuracy in [0, 1], MCC in [-1, 1]); ``mask`` and ``scores`` are ``[L][H]`` lists
+    (1 keep, 0 prune); ``predictions`` and ``labels`` are the dev set's, per example.
+    """
+
+    task: str
+    seed: int
+    method: str
+    method_options: dict[str, Any]
+    condition: str
+    budget: BudgetInfo
+    heads_total: int
+    heads_pruned: int
+    mask: list[list[int]]
+    scores: list[list[float]] | None
+    retrained: bool
+    metrics: dict[str, float]
+    primary_metric: str
+    score: float
+    majority_baseline: dict[str, Any]
+    degenerate: bool
+    degenerate_reason: str | None
+    predicted_class_share: float
+    predictions: list[int]
+    labels: list[int]
+    splits: dict[str, int]
+    trace: dict[str, Any]
+    cost: Cost
+    provenance: dict[str, Any]
+    started_at: str
+    finished_at: str
+    base_failed: bool = False
+    weights: str = ""
+    layers_emptied: int = -1
+    cell: str = ""
+    schema: int = SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields this version does not know (a newer writer's): kept and written back unchanged."""
+
+    def __post_init__(self) -> None:
+        if not self.weights:
+            self.weights = "base" if self.condition == OWN and not self.retrained else WEIGHTS.get(self.condition, "")
+        if self.layers_emptied < 0:
+            self.layers_emptied = layers_emptied(self.mask)
+        if not self.cell:
+            self.cell = str(CellKey.of(self.task, self.seed, self.method, self.budget.spec, self.condition,
+                                       self.method_options))
+
+    @property
+    def key(self) -> CellKey:
+        """The parsed cell key."""
+        return CellKey.parse(self.cell)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``records.jsonl`` (the runner's keys; unknown fields kept)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out["budget"] = dataclasses.asdict(self.budget)
+        out["cost"] = self.cost.as_dict()
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        """Read a record of any schema so far, migrating old fields (see the module docstring).
+
+        Raises:
+            ValueError: a field the record cannot do without (task, seed, method, condition, score, ...) is
+                missing; the message names it.
+        """
+        d = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        missing = [k for k in ("task", "seed", "method", "condition", "score", "primary_metric") if k not in d]
+        if missing:
+            raise ValueError(f"record without {', '.join(missing)}: not a cell's record")
+        budget = d.get("budget") or {}
+        cost = dict(d.get("cost") or {})
+        schema = int(d.get("schema", 0))
+        condition = d["condition"]
+        if schema < 2 and condition == PRUNE_ONLY and d.get("retrained"):  # protocol 1: its own weights
+            condition = OWN
+        metrics = d.get("metrics") or {d["primary_metric"]: d["score"]}
+        return cls(
+            task=d["task"], seed=int(d["seed"]), method=d["method"], method_options=d.get("method_options") or {},
+            condition=condition,
+            budget=BudgetInfo(spec=budget.get("spec", NO_BUDGET), target=budget.get("target"),
+                              achieved=int(budget.get("achieved", d.get("heads_pruned", 0))),
+                              note=budget.get("note", "")),
+            heads_total=d.get("heads_total", 0), heads_pruned=d.get("heads_pruned", budget.get("achieved", 0)),
+            mask=d.get("mask") or [], scores=d.get("scores"), retrained=bool(d.get("retrained", False)),
+            metrics=metrics, primary_metric=d["primary_metric"], score=float(d["score"]),
+            majority_baseline=d.get("majority_baseline") or {}, degenerate=bool(d.get("degenerate", False)),
+            degenerate_reason=d.get("degenerate_reason"),
+            predicted_class_share=float(d.get("predicted_class_share", math.nan)),
+            predictions=d.get("predictions") or [], labels=d.get("labels") or [], splits=d.get("splits") or {},
+            trace=d.get("trace") or {},
+            cost=Cost(**{k: cost[k] for k in ("wall_s", "prune_wall_s", "device", "forward_examples",
+                                              "backward_examples", "machine", "threads") if k in cost}),
+            provenance=d.get("provenance") or {}, started_at=d.get("started_at", ""),
+            finished_at=d.get("finished_at", ""), base_failed=bool(d.get("base_failed", False)),
+            weights=d.get("weights", "") if schema >= 2 else _protocol1_weights(d, condition),
+            layers_emptied=int(d.get("layers_emptied", -1)),
+            cell=d.get("cell") or str(CellKey(d["task"], int(d["seed"]), d["method"],
+                                              budget.get("spec", NO_BUDGET), d["condition"], None)),
+            schema=schema,
+            extra={k: v for k, v in d.items() if k not in known},
+        )

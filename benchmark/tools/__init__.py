@@ -1,0 +1,1 @@
+"""Tools beside the benchmark: export of a pruned model, latency and throughput, AUBER's search speed."""
