@@ -450,3 +450,17 @@ def test_under_a_matched_budget_only_methods_that_match_it_wait_for_its_setter(g
         assert not any(plain.work.takes_setter(m) for m in ("original", "random", "auber"))
     finally:
         plain.close()
+
+
+def test_the_runner_is_the_ray_loops_typed_handle_and_plans_cell_keys(smoke_run, glue_dir):
+    from headprune_bench.benchmark.execution.ray.driver import RunHandle
+    from headprune_bench.benchmark.run.runner import Runner
+    from headprune_bench.benchmark.store.records import CellKey
+
+    runner = Runner(_config(smoke_run, glue_dir))
+    assert isinstance(runner, RunHandle)
+    missing = [name for name in RunHandle.__annotations__ if not hasattr(runner, name)]
+    assert missing == []
+    planned = runner.planned_cells()
+    assert all(isinstance(c, CellKey) for c in planned)
+    assert [str(c) for c in planned] == [r["cell"] for r in RecordStore(smoke_run).records()]

@@ -272,7 +272,7 @@ def test_secondary_tests_are_nan_with_a_note_when_undefined():
     assert math.isnan(const["p"]) and "constant" in const["note"]
     assert math.isnan(stats.paired_t_test([1.0], [0.0])["p"])
     res = stats.compare([0.8, 0.8], [0.8, 0.8])
-    assert res["p_exact"] == 1.0 and math.isnan(res["p_wilcoxon"]) and math.isnan(res["p_t"]) and res["notes"]
+    assert res.p_exact == 1.0 and math.isnan(res.p_wilcoxon) and math.isnan(res.p_t) and res.notes
 
 
 # --------------------------------------------------------------------------- degenerate seeds
@@ -283,13 +283,13 @@ def test_degenerate_seeds_are_excluded_only_from_the_clean_statistics():
     b = np.array([84.0, 84.5, 83.0, 84.0, 84.0, 85.0])
     bad = np.array([False, False, False, True, False, False])
     res = stats.compare_with_without(a, b, bad, n_boot=500)
-    assert res["n_all"] == 6 and res["n_excluded"] == 1
-    assert res["all"]["n"] == 6 and res["clean"]["n"] == 5
-    assert res["all"]["mean_diff"] == pytest.approx(np.mean(a - b))
-    assert res["clean"]["mean_diff"] == pytest.approx(np.mean((a - b)[~bad]))
-    assert res["clean"]["mean_diff"] > 0 > res["all"]["mean_diff"]
-    assert res["clean"]["p_exact"] == pytest.approx(exact_p_by_definition((a - b)[~bad]))
-    assert res["clean"] == stats.compare(a[~bad], b[~bad], n_boot=500)
+    assert res.n_all == 6 and res.n_excluded == 1
+    assert res.all.n == 6 and res.clean.n == 5
+    assert res.all.mean_diff == pytest.approx(np.mean(a - b))
+    assert res.clean.mean_diff == pytest.approx(np.mean((a - b)[~bad]))
+    assert res.clean.mean_diff > 0 > res.all.mean_diff
+    assert res.clean.p_exact == pytest.approx(exact_p_by_definition((a - b)[~bad]))
+    assert res.clean == stats.compare(a[~bad], b[~bad], n_boot=500)
     with pytest.raises(ValueError):
         stats.compare_with_without(a, b, bad[:3])
 
@@ -321,12 +321,12 @@ def test_compare_on_the_issue_example_equals_the_bit_identical_case():
     rounded = stats.compare(ISSUE_A, ISSUE_B, n_boot=200)
     d = -25 / 408 * 100
     exact = stats.compare([d, d, d], [0.0, 0.0, 0.0], n_boot=200)  # bit-identical differences
-    assert math.isnan(rounded["p_t"]) and math.isnan(rounded["t_stat"])
-    assert rounded["sd_diff"] == 0.0 == exact["sd_diff"]
-    assert rounded["notes"] == exact["notes"] == "differences are constant (SD 0): t-test undefined"
-    assert rounded["p_exact"] == exact["p_exact"] == 0.25
-    assert rounded["p_wilcoxon"] == exact["p_wilcoxon"] and rounded["wilcoxon_stat"] == exact["wilcoxon_stat"]
-    assert rounded["mean_diff"] == pytest.approx(d, abs=1e-12)
+    assert math.isnan(rounded.p_t) and math.isnan(rounded.t_stat)
+    assert rounded.sd_diff == 0.0 == exact.sd_diff
+    assert rounded.notes == exact.notes == "differences are constant (SD 0): t-test undefined"
+    assert rounded.p_exact == exact.p_exact == 0.25
+    assert rounded.p_wilcoxon == exact.p_wilcoxon and rounded.wilcoxon_stat == exact.wilcoxon_stat
+    assert rounded.mean_diff == pytest.approx(d, abs=1e-12)
 
 
 @pytest.mark.parametrize("n_dev", DEV_SIZES)
@@ -342,7 +342,7 @@ def test_t_test_undefined_whenever_each_seed_loses_the_same_count(n_dev):
         b = [ways[rng.integers(4)](int(c)) for c in counts]
         res = stats.paired_t_test(a, b)
         assert math.isnan(res["p"]) and "constant" in res["note"], (a, b)
-        assert stats.compare(a, b, n_boot=10)["sd_diff"] == 0.0
+        assert stats.compare(a, b, n_boot=10).sd_diff == 0.0
 
 
 def test_wilcoxon_ranks_differences_equal_up_to_rounding_as_ties():
@@ -367,8 +367,8 @@ def test_wilcoxon_ties_on_the_shipped_rte_voita_vs_auber_seeds():
     assert abs(d[0]) != abs(d[1])  # the tie that rounding broke
     # exact arithmetic: |d| = 7, 7, 3 -> ranks 2.5, 2.5, 1; W+ = 3.5, W- = 2.5; statistic min = 2.5 (was 3.0)
     res = stats.compare(a, b, n_boot=10)
-    assert res["wilcoxon_stat"] == 2.5
-    assert res["wilcoxon_stat"] == stats.wilcoxon_test([-7.0, 7.0, 3.0])["statistic"]
+    assert res.wilcoxon_stat == 2.5
+    assert res.wilcoxon_stat == stats.wilcoxon_test([-7.0, 7.0, 3.0])["statistic"]
 
 
 def test_wilcoxon_drops_differences_that_are_zero_up_to_rounding():
@@ -379,7 +379,7 @@ def test_wilcoxon_drops_differences_that_are_zero_up_to_rounding():
     res = stats.compare(a, b, n_boot=10)
     want = stats.wilcoxon_test([0.0, 100 / 408, 200 / 408])
     assert "1 zero difference(s) dropped" in want["note"]
-    assert (res["wilcoxon_stat"], res["p_wilcoxon"]) == (want["statistic"], want["p"])
+    assert (res.wilcoxon_stat, res.p_wilcoxon) == (want["statistic"], want["p"])
     assert stats.wilcoxon_test(d, scale=100)["note"] == want["note"]
 
 
@@ -389,9 +389,9 @@ def test_differences_all_zero_up_to_rounding_are_zero_for_every_test():
     d = stats.paired_differences(a, b)
     assert np.count_nonzero(d) == 2 and np.max(np.abs(d)) < 1e-13
     res = stats.compare(a, b, n_boot=10)
-    assert math.isnan(res["p_wilcoxon"]) and math.isnan(res["p_t"]) and res["p_exact"] == 1.0
-    assert res["sd_diff"] == 0.0
-    assert res["notes"] == stats.compare([0.8, 0.8, 0.8], [0.8, 0.8, 0.8], n_boot=10)["notes"]
+    assert math.isnan(res.p_wilcoxon) and math.isnan(res.p_t) and res.p_exact == 1.0
+    assert res.sd_diff == 0.0
+    assert res.notes == stats.compare([0.8, 0.8, 0.8], [0.8, 0.8, 0.8], n_boot=10).notes
     assert "all differences are zero" in stats.wilcoxon_test(d, scale=100)["note"]
     assert stats.sign_flip_test(d, scale=100)["p"] == 1.0
     tiny = [1e-15, 0.0, -1e-15, 2e-15]  # scores of magnitude ~1 that agree up to rounding
@@ -425,7 +425,7 @@ def test_real_differences_of_one_example_are_not_rounding(n_dev):
     ref = sps.ttest_rel(a, b)
     assert res["note"] == ""
     assert res["statistic"] == pytest.approx(ref.statistic) and res["p"] == pytest.approx(ref.pvalue)
-    assert stats.compare(a, b, n_boot=10)["sd_diff"] == pytest.approx(np.std(d, ddof=1))
+    assert stats.compare(a, b, n_boot=10).sd_diff == pytest.approx(np.std(d, ddof=1))
     assert stats.rounding_tolerance(100) < 1e-6 * step
     # Wilcoxon: two different magnitudes are not tied, a one-example difference is not a zero
     w = stats.wilcoxon_test([step, 2 * step, -3 * step], scale=100)

@@ -182,11 +182,14 @@ class CellWork:
             return OWN_BUDGET + floor_suffix(self.cfg)
         return self.budget_label
 
-    def key(self, task: str, seed: int, method: str, condition: str) -> str:
-        """The key of a planned cell (:class:`~headprune_bench.benchmark.store.records.CellKey`), with the options ``method`` runs
-        with in this run."""
+    def cell_key(self, task: str, seed: int, method: str, condition: str) -> CellKey:
+        """The key of a planned cell, with this run's budget spec and the options ``method`` runs with."""
         options = None if method == ORIGINAL else self.create(method).get_options()
-        return str(CellKey.of(task, seed, method, self.budget_spec(method), condition, options))
+        return CellKey.of(task, seed, method, self.budget_spec(method), condition, options)
+
+    def key(self, task: str, seed: int, method: str, condition: str) -> str:
+        """:meth:`cell_key` as the string ``records.jsonl`` stores."""
+        return str(self.cell_key(task, seed, method, condition))
 
     def setter(self) -> str | None:
         """The budget setter of ``matched:METHOD`` (None for any other budget)."""

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -42,6 +41,7 @@ import pandas as pd
 from headprune_bench.benchmark import stats
 from headprune_bench.benchmark.report.load import RunData
 from headprune_bench.benchmark.report.units import Unit, sorted_units, task_key
+from headprune_bench.benchmark.stats import PairedStats
 from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
@@ -103,35 +103,6 @@ class UnitStats:
         """(n, mean, sd) over ``which`` seeds: ``"all"`` or ``"survivors"``."""
         return ((self.n, self.mean, self.sd) if which == "all"
                 else (self.n_survivors, self.mean_survivors, self.sd_survivors))
-
-
-@dataclass
-class PairedStats:
-    """Seed-level statistics of one paired comparison ``target - reference`` (:func:`headprune_bench.benchmark.stats.compare`):
-    differences, bootstrap CI and means in percent points, ``p_exact`` the sign-flip p (not adjusted)."""
-
-    n: int
-    mean_a: float
-    sd_a: float
-    mean_b: float
-    sd_b: float
-    mean_diff: float
-    sd_diff: float
-    ci_low: float
-    ci_high: float
-    p_exact: float
-    exact: bool
-    p_min: float
-    wilcoxon_stat: float
-    p_wilcoxon: float
-    t_stat: float
-    p_t: float
-    notes: str
-
-    @classmethod
-    def of(cls, values: dict[str, Any]) -> PairedStats:
-        """From :func:`headprune_bench.benchmark.stats.compare`'s dict (keys it adds later are ignored)."""
-        return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
 @dataclass
@@ -364,8 +335,8 @@ def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind
     # no seed excluded: the same resamples
     two_survivors = two_all if (~bad).all() else _two_level(pa, pb, ~bad, metric, n_boot_examples, seed)
     return Comparison(target=target, reference=ref, kind=kind, seeds=common, bad=bad.tolist(),
-                      n_excluded=res["n_excluded"], all=SeedView(PairedStats.of(res["all"]), two_all),
-                      survivors=SeedView(PairedStats.of(res["clean"]), two_survivors), count_mismatch=mismatch)
+                      n_excluded=res.n_excluded, all=SeedView(res.all, two_all),
+                      survivors=SeedView(res.clean, two_survivors), count_mismatch=mismatch)
 
 
 def _group_frames(tdf: pd.DataFrame):

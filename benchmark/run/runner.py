@@ -62,7 +62,16 @@ from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLim
 from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
 from headprune_bench.benchmark.store.folder import BASE_DIR, check_run_json, save_base_model
 from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, file_lock
-from headprune_bench.benchmark.store.records import CONTROL, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, REUSES_PRUNE, Record
+from headprune_bench.benchmark.store.records import (
+    CONTROL,
+    ORIGINAL,
+    OWN,
+    PRUNE_ONLY,
+    RECOVER,
+    REUSES_PRUNE,
+    CellKey,
+    Record,
+)
 
 log = logging.getLogger("benchmark")
 
@@ -180,19 +189,19 @@ class Runner:
 
     # ------------------------------------------------------------------ cells
 
-    def planned_cells(self) -> list[tuple[str, int, str, str]]:
-        """(task, seed, method, condition) of every cell of this run, in execution order."""
+    def planned_cells(self) -> list[CellKey]:
+        """The key of every cell of this run, in execution order."""
         conditions = [PRUNE_ONLY] + ([RECOVER] if self.cfg.recover else [])
         cells = []
         for spec in self.task_specs:
             for seed in self.cfg.seeds:
-                cells.append((spec.name, seed, ORIGINAL, PRUNE_ONLY))
+                cells.append(self.work.cell_key(spec.name, seed, ORIGINAL, PRUNE_ONLY))
                 if self.cfg.recover:
-                    cells.append((spec.name, seed, ORIGINAL, CONTROL))
+                    cells.append(self.work.cell_key(spec.name, seed, ORIGINAL, CONTROL))
                 for name in self.method_names:
                     own = [OWN] if self._create(name).changes_weights() else []
                     for cond in conditions + own:
-                        cells.append((spec.name, seed, name, cond))
+                        cells.append(self.work.cell_key(spec.name, seed, name, cond))
         return cells
 
     def _key(self, task: str, seed: int, method: str, condition: str) -> str:
@@ -215,7 +224,7 @@ class Runner:
         are written, no other starts, and ``self.not_run`` counts the cells left to do (0 when the run finished).
         """
         planned = self.planned_cells()
-        keys = [self._key(*c) for c in planned]
+        keys = [str(c) for c in planned]
         todo = {k for k in keys if k not in self.store}
         self.store.add_plan({"started": now_utc(), "argv": sys.argv[1:], "git_commit": self.provenance["git_commit"],
                              "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
@@ -244,12 +253,12 @@ class Runner:
                         "stopped on request" if self.stop.requested else "time limit", self.not_run)
         return [self.store.get(k) for k in keys if self.store.get(k) is not None]
 
-    def seeds_to_do(self, planned, todo: set[str]) -> list[tuple[tasks.TaskSpec, list[int]]]:
+    def seeds_to_do(self, planned: list[CellKey], todo: set[str]) -> list[tuple[tasks.TaskSpec, list[int]]]:
         """Per task of the run (in order), the seeds that have a cell in ``todo``; tasks without one left out."""
         out = []
         for spec in self.task_specs:
             seeds = [s for s in self.cfg.seeds
-                     if any(self._key(*c) in todo for c in planned if c[0] == spec.name and c[1] == s)]
+                     if any(str(c) in todo for c in planned if c.task == spec.name and c.seed == s)]
             if seeds:
                 out.append((spec, seeds))
         return out
@@ -260,7 +269,7 @@ class Runner:
             self.tokenizer = models.load_tokenizer(self.cfg.model)
         return prepare_task(spec, self.raw[spec.name], self.tokenizer, self.cfg.preset, self.experiment.subsample_seed)
 
-    def _run_serial(self, planned, todo: set[str], bar) -> None:
+    def _run_serial(self, planned: list[CellKey], todo: set[str], bar) -> None:
         """Today's path: the cells one at a time in this process, (task, seed) by (task, seed)."""
         for spec, seeds in self.seeds_to_do(planned, todo):
             if self.stop.requested:
@@ -269,10 +278,10 @@ class Runner:
             for seed in seeds:
                 if self.stop.requested:
                     return
-                cells = [c for c in planned if c[0] == spec.name and c[1] == seed]
+                cells = [c for c in planned if c.task == spec.name and c.seed == seed]
                 self._run_seed(data, seed, cells, todo, bar)
 
-    def _run_seed(self, data: TaskData, seed: int, cells, todo: set[str], bar) -> None:
+    def _run_seed(self, data: TaskData, seed: int, cells: list[CellKey], todo: set[str], bar) -> None:
         """Run the cells of one (task, seed) that are in ``todo``; store each record, or its failure."""
         spec = data.spec
         if self.limit is not None and not (self.base_folder(spec.name, seed) / "config.json").exists():
@@ -283,8 +292,8 @@ class Runner:
         bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         resumed = self.store.get(original_key) is not None  # its cells check the base model against that record
-        for task_name, _, method, condition in cells:
-            key = self._key(task_name, seed, method, condition)
+        for cell in cells:
+            key, method, condition = str(cell), cell.method, cell.condition
             if key not in todo:
                 continue
             inputs = self._cell_inputs(bench, method, condition)

@@ -48,7 +48,7 @@ from headprune_bench.benchmark.stats.bootstrap import (
     resampled_metric,
     two_level_bootstrap,
 )
-from headprune_bench.benchmark.stats.compare import compare, compare_with_without
+from headprune_bench.benchmark.stats.compare import PairedStats, WithWithout, compare, compare_with_without
 from headprune_bench.benchmark.stats.paired import (
     ROUNDING_ULPS,
     describe,
@@ -84,6 +84,8 @@ __all__ = [
     "resampled_metric",
     "two_level_bootstrap",
     "holm",
+    "PairedStats",
+    "WithWithout",
     "compare",
     "compare_with_without",
 ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,18 +18,53 @@ from headprune_bench.benchmark.stats.paired import (
 )
 from headprune_bench.benchmark.stats.significance import min_exact_p, paired_t_test, sign_flip_test, wilcoxon_test
 
-# --------------------------------------------------------------------------- one comparison
+
+@dataclass
+class PairedStats:
+    """Seed-level statistics of one paired comparison ``a - b``, in the inputs' unit.
+
+    ``n`` pairs; means and sample SDs of ``a``, ``b`` and the differences; ``ci_low``/``ci_high`` the 95%
+    bootstrap CI of the mean difference (:func:`bootstrap_ci`); ``p_exact`` the two-sided sign-flip p, not
+    adjusted, ``exact`` False when it was estimated by Monte Carlo (:func:`sign_flip_test`); ``p_min`` the
+    smallest p the test can give with ``n`` pairs (:func:`min_exact_p`); Wilcoxon and paired-t statistics and p;
+    ``notes`` a "; "-joined string of everything that was undefined.
+    """
+
+    n: int
+    mean_a: float
+    sd_a: float
+    mean_b: float
+    sd_b: float
+    mean_diff: float
+    sd_diff: float
+    ci_low: float
+    ci_high: float
+    p_exact: float
+    exact: bool
+    p_min: float
+    wilcoxon_stat: float
+    p_wilcoxon: float
+    t_stat: float
+    p_t: float
+    notes: str
+
+
+@dataclass
+class WithWithout:
+    """:func:`compare` over every seed (``all``) and over the seeds not flagged bad (``clean``)."""
+
+    all: PairedStats
+    clean: PairedStats
+    n_all: int
+    n_excluded: int
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, n_mc: int = 100_000,
-            seed: int = 0) -> dict[str, Any]:
+            seed: int = 0) -> PairedStats:
     """Every seed-level statistic of one paired comparison ``a - b`` (same unit as the inputs).
 
-    Returns a flat dict: ``n``, ``mean_a``, ``sd_a``, ``mean_b``, ``sd_b``, ``mean_diff``, ``sd_diff``,
-    ``ci_low``, ``ci_high`` (:func:`bootstrap_ci`), ``p_exact``, ``exact`` (:func:`sign_flip_test`),
-    ``p_min`` (:func:`min_exact_p`), ``wilcoxon_stat``, ``p_wilcoxon``, ``t_stat``, ``p_t`` and ``notes``
-    (a "; "-joined string of everything that was undefined). Differences equal up to float64 rounding
-    (:func:`snap_differences`, scale ``max |a|, |b|``) are equal: ``sd_diff`` is 0.0 when they are constant.
+    Differences equal up to float64 rounding (:func:`snap_differences`, scale ``max |a|, |b|``) are equal:
+    ``sd_diff`` is 0.0 when they are constant.
     """
     d = paired_differences(a, b)
     scale = magnitude(np.asarray(a, float), np.asarray(b, float))
@@ -43,14 +79,14 @@ def compare(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, n_m
         notes = [f"n={d.size}: no SD, CI, Wilcoxon or t-test"]
     else:
         notes = [x for x in (wil["note"], tt["note"]) if x]
-    return {"n": dd["n"], "mean_a": da["mean"], "sd_a": da["sd"], "mean_b": db["mean"], "sd_b": db["sd"],
-            "mean_diff": dd["mean"], "sd_diff": dd["sd"], "ci_low": low, "ci_high": high,
-            "p_exact": perm["p"], "exact": perm["exact"], "p_min": min_exact_p(d.size),
-            "wilcoxon_stat": wil["statistic"], "p_wilcoxon": wil["p"], "t_stat": tt["statistic"], "p_t": tt["p"],
-            "notes": "; ".join(dict.fromkeys(notes))}
+    return PairedStats(n=dd["n"], mean_a=da["mean"], sd_a=da["sd"], mean_b=db["mean"], sd_b=db["sd"],
+                       mean_diff=dd["mean"], sd_diff=dd["sd"], ci_low=low, ci_high=high,
+                       p_exact=perm["p"], exact=perm["exact"], p_min=min_exact_p(d.size),
+                       wilcoxon_stat=wil["statistic"], p_wilcoxon=wil["p"], t_stat=tt["statistic"], p_t=tt["p"],
+                       notes="; ".join(dict.fromkeys(notes)))
 
 
-def compare_with_without(a: Sequence[float], b: Sequence[float], bad: Sequence[bool], **kwargs: Any) -> dict[str, Any]:
+def compare_with_without(a: Sequence[float], b: Sequence[float], bad: Sequence[bool], **kwargs: Any) -> WithWithout:
     """:func:`compare` on all seeds and on the seeds not flagged ``bad`` (protocol.md §6).
 
     Args:
@@ -59,12 +95,12 @@ def compare_with_without(a: Sequence[float], b: Sequence[float], bad: Sequence[b
             such seeds are kept in ``"all"`` and dropped from ``"clean"``.
         **kwargs: passed to :func:`compare`.
 
-    Returns:
-        ``{"all": compare(a, b), "clean": compare(a[~bad], b[~bad]), "n_all": n, "n_excluded": count}``.
+    Raises:
+        ValueError: ``a``, ``b`` and ``bad`` differ in length, or a score is not finite.
     """
     a, b = as_vector(a, "a"), as_vector(b, "b")
     bad = np.asarray(bad, dtype=bool)
     if not (a.shape == b.shape == bad.shape):
         raise ValueError(f"a {a.shape}, b {b.shape} and bad {bad.shape} must have the same length")
-    return {"all": compare(a, b, **kwargs), "clean": compare(a[~bad], b[~bad], **kwargs),
-            "n_all": int(a.size), "n_excluded": int(bad.sum())}
+    return WithWithout(all=compare(a, b, **kwargs), clean=compare(a[~bad], b[~bad], **kwargs),
+                       n_all=int(a.size), n_excluded=int(bad.sum()))

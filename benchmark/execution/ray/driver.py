@@ -44,12 +44,17 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
-from headprune_bench.benchmark.cells.work import prunes_again, warn_other_base
+from headprune_bench.benchmark.cells.work import CellWork, prunes_again, warn_other_base
 from headprune_bench.benchmark.execution.ray.tasks import Outcome, remote_functions
 from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpack
-from headprune_bench.benchmark.store.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE
+from headprune_bench.benchmark.execution.resolve import Execution
+from headprune_bench.benchmark.execution.stopping import StopRequest
+from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
+from headprune_bench.benchmark.store.jsonl import RecordStore
+from headprune_bench.benchmark.store.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE, CellKey
 
 log = logging.getLogger("benchmark")
 
@@ -106,13 +111,38 @@ class _Pending:
         return f"{self.task} s{self.seed} {self.method} {self.condition}"
 
 
-def run_on_ray(runner, planned: list[tuple[str, int, str, str]], todo: set[str], bar) -> None:
+@runtime_checkable
+class RunHandle(Protocol):
+    """What the Ray loop reads and calls of the run that owns it (``run.runner.Runner`` provides it)."""
+
+    execution: Execution
+    store: RecordStore
+    work: CellWork
+    stop: StopRequest
+    limit: TimeLimit | None
+    warned_bases: set[tuple[str, int]]
+
+    def seeds_to_do(self, planned: list[CellKey], todo: set[str]) -> list[tuple[Any, list[int]]]: ...
+
+    def task_data(self, spec: Any) -> Any: ...
+
+    def base_folder(self, task: str, seed: int) -> Path: ...
+
+    def folder_times(self) -> MachineTimes: ...
+
+    def record_failure(self, key: str, task: str, seed: int, method: str, condition: str, error: str,
+                       trace: str) -> None: ...
+
+    def save_base(self, task: str, seed: int, model: Any, info: dict[str, Any]) -> None: ...
+
+
+def run_on_ray(runner: RunHandle, planned: list[CellKey], todo: set[str], bar) -> None:
     """Compute the cells of ``todo`` on Ray (see the module docstring); records and failures are written by this
     process through ``runner``'s store, in the order cells return.
 
     Args:
-        runner: the :class:`~headprune_bench.benchmark.run.runner.Runner` (its store, cell work, execution options, failures).
-        planned: every planned (task, seed, method, condition), in the serial order.
+        runner: the run (its store, cell work, execution options, failures).
+        planned: the key of every planned cell, in the serial order.
         todo: the keys still to compute; finished keys are removed.
         bar: the tqdm bar over cells.
 
@@ -148,7 +178,7 @@ class _Driver:
     """The loop of :func:`run_on_ray`: opens (task, seed) groups a window at a time (so the object store holds few
     base models), hands Ray the best ready cells while it has free slots, and writes what returns."""
 
-    def __init__(self, runner, planned, todo: set[str], bar) -> None:
+    def __init__(self, runner: RunHandle, planned: list[CellKey], todo: set[str], bar) -> None:
         import ray
 
         self.runner, self.planned, self.todo, self.bar = runner, planned, todo, bar
@@ -218,9 +248,9 @@ class _Driver:
             self.base_queue.append((spec.name, seed, data_ref))
         work, setter = self.work, self.work.setter()
         count = 0
-        for order, (task, s, method, condition) in enumerate(self.planned):
-            key = work.key(task, seed, method, condition)
-            if task != spec.name or s != seed or key not in self.todo:
+        for order, cell in enumerate(self.planned):
+            key, task, method, condition = str(cell), cell.task, cell.method, cell.condition
+            if task != spec.name or cell.seed != seed or key not in self.todo:
                 continue
             prune_key = work.key(task, seed, method, PRUNE_ONLY)
             needs = [work.key(task, seed, ORIGINAL, PRUNE_ONLY)] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
