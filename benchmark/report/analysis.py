@@ -31,6 +31,7 @@ Choices where the issue is silent:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -326,10 +327,11 @@ def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind
     mismatch = [int(s) for s, x, y in zip(common, ha, hb) if both_pruned and x != y]
     res = stats.compare_with_without(100 * a.score.to_numpy(), 100 * b.score.to_numpy(), bad, n_boot=n_boot, seed=seed)
     if mismatch:  # not a test: rows of different head counts are never compared as if equal (protocol §3)
-        for which in ("all", "clean"):  # (compare_with_without's names of the two seed sets)
-            res[which] = {**res[which], "p_exact": math.nan, "p_wilcoxon": math.nan, "p_t": math.nan,
-                          "notes": "; ".join(x for x in (res[which].get("notes", ""),
-                                                         f"head counts differ on seed(s) {mismatch}: no test") if x)}
+        for which in ("all", "clean"):
+            view = getattr(res, which)
+            notes = "; ".join(x for x in (view.notes, f"head counts differ on seed(s) {mismatch}: no test") if x)
+            setattr(res, which, dataclasses.replace(view, p_exact=math.nan, p_wilcoxon=math.nan, p_t=math.nan,
+                                                    notes=notes))
     pa, pb = _predictions(data.records, a.reset_index()), _predictions(data.records, b.reset_index())
     two_all = _two_level(pa, pb, np.ones(len(common), bool), metric, n_boot_examples, seed)
     # no seed excluded: the same resamples
