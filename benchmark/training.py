@@ -131,7 +131,8 @@ def evaluate(model: nn.Module, dataset: datasets.Dataset, task: TaskSpec, tokeni
 def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torch.device, cfg: TrainConfig,
               seed: int, mask: torch.Tensor | None = None,
               eval_fn: Callable[[nn.Module], float] | None = None, counter: Counter | None = None,
-              desc: str = "fine-tune", progress: bool = True, precision: str = "fp32") -> tuple[nn.Module, dict[str, Any]]:
+              desc: str = "fine-tune", progress: bool = True,
+              precision: str = "fp32") -> tuple[nn.Module, dict[str, Any]]:
     """Fine-tune ``model`` in place on ``train`` with a fixed head mask; returns it (best state when early
     stopping) and a log ``{"steps", "history", "best_score", "stopped_early"}``.
 

@@ -25,7 +25,8 @@ def count(path: Path) -> tuple[int, int]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            value = first.value if isinstance(first, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 doc_lines.update(range(first.lineno, first.end_lineno + 1))
     comment_lines = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline)
                      if tok.type == tokenize.COMMENT}

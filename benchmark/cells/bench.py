@@ -2,7 +2,7 @@
 context a method sees, the condition step (re-fine-tuning), the dev evaluation and the assembly of the
 :class:`~headprune_bench.benchmark.store.records.Record` (protocol: ``shared/reference/protocol.md``).
 
-The runner (:mod:`headprune_bench.benchmark.run.runner`) decides which cells to run, the budget of each and the prune step (it keeps
+The runner (:mod:`benchmark.run.runner`) decides which cells to run, the budget of each and the prune step (it keeps
 the pruned result between the two conditions of a method); everything here is per cell and keeps no state.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ DEGENERATE_CLASS_SHARE = 0.95
 @dataclass
 class TaskData:
     """Encoded splits of one task: ``train`` (capped), ``dev`` (GLUE dev, the reported test set), their labels
-    (``[N]`` int arrays) and the majority-class baseline on dev (:func:`headprune_bench.benchmark.tasks.majority_baseline`)."""
+    (``[N]`` int arrays) and the majority-class baseline on dev (:func:`benchmark.tasks.majority_baseline`)."""
 
     spec: tasks.TaskSpec
     train: datasets.Dataset
@@ -47,7 +47,7 @@ class TaskData:
 
 def prepare_task(spec: tasks.TaskSpec, raw: datasets.DatasetDict, tokenizer, preset: Preset,
                  subsample_seed: int) -> TaskData:
-    """Cap and tokenise a task's splits (``raw`` from :func:`headprune_bench.benchmark.tasks.load_task`). The train cap is a
+    """Cap and tokenise a task's splits (``raw`` from :func:`benchmark.tasks.load_task`). The train cap is a
     fixed seeded subsample (the same for every seed of the run); the dev cap takes the first examples.
 
     Raises:
@@ -100,7 +100,7 @@ class SeedBench:
     base_failed: bool | None = None
     """Whether the base model is degenerate on dev, when the runner had to evaluate it itself (else None)."""
     base_checked: bool = False
-    """Whether :meth:`CellWork.base_check <headprune_bench.benchmark.cells.work.CellWork.base_check>` has run on this bench."""
+    """Whether ``CellWork.base_check`` has run on this bench."""
     base_differs: int | None = None
     """Its count of dev predictions that differ from the stored original record (None: unchecked, or no comparison)."""
     layout: Any = field(init=False)
@@ -124,7 +124,7 @@ class SeedBench:
         return self.splits[split] if indices is None else self.splits[split].select([int(i) for i in indices])
 
     def context(self, counter: Counter, target: int | None, target_per_layer: list[int] | None) -> PruningContext:
-        """The :class:`~headprune_bench.methods.base.PruningContext` of one cell: batches, evaluation and fine-tuning on the
+        """The :class:`methods.base.PruningContext` of one cell: batches, evaluation and fine-tuning on the
         train-derived splits, all counted in ``counter``, with the head budget ``target`` (total) and
         ``target_per_layer`` (``[L]`` counts, or None)."""
         spec, tok, device, seed = self.data.spec, self.tokenizer, self.device, self.seed
@@ -263,7 +263,7 @@ def dev_mask(method: str, condition: str, pruned: Pruned) -> torch.Tensor | None
 
 def assemble_record(bench: SeedBench, method: str, condition: str, pruned: Pruned, dev: DevResult, cost: Cost,
                     provenance: dict[str, Any], started_at: str, finished_at: str) -> Record:
-    """The :class:`~headprune_bench.benchmark.store.records.Record` of one cell (its ``cell`` key and ``base_failed`` are left to the
+    """The :class:`benchmark.store.records.Record` of one cell (its ``cell`` key and ``base_failed`` are left to the
     runner, which knows the key it planned and the unpruned cell's record)."""
     data, spec = bench.data, bench.data.spec
     return Record(

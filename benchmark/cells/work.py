@@ -1,11 +1,6 @@
-"""What one cell needs to run anywhere: :class:`CellWork`, the picklable part of a run (its configuration,
-provenance, budget label, the method classes and the device), with the steps that turn a (task, seed)'s
-:class:`~headprune_bench.benchmark.cells.bench.SeedBench` into a :class:`~headprune_bench.benchmark.store.records.Record`.
-
-The serial runner (:mod:`headprune_bench.benchmark.run.runner`) and the Ray workers (:mod:`headprune_bench.benchmark.execution.ray.driver`) call the same
-methods, so a cell computes the same record in either: what a cell depends on besides its (task, seed) is passed
-in explicitly (the budget setter's record for ``matched:METHOD``, the unpruned cell's record for ``base_failed``,
-the prune-only result a ``prune+recover`` cell reuses), never read from the run folder.
+"""One cell, anywhere: :class:`CellWork` (the picklable part of a run) turns a (task, seed)'s
+:class:`benchmark.cells.bench.SeedBench` into a :class:`benchmark.store.records.Record`.
+The serial runner and the Ray workers call the same methods; every input besides the (task, seed) is passed in.
 """
 from __future__ import annotations
 
@@ -85,7 +80,7 @@ def check_floor(floor: int, num_layers: int, num_heads: int, target: int | None)
 
 
 def with_floor(result: PruningResult, floor: int) -> PruningResult:
-    """``result`` with its mask moved to the per-layer floor (:func:`headprune_bench.methods.base.apply_layer_floor`; unchanged
+    """``result`` with its mask moved to the per-layer floor (:func:`methods.base.apply_layer_floor`; unchanged
     without a floor); the trace's ``layer_floor`` says which heads were restored and which pruned instead."""
     if not floor:
         return result
@@ -98,7 +93,7 @@ class PruneState:
     """A method's prune step, kept so that its ``prune+recover`` cell reuses it instead of pruning again.
 
     Attributes:
-        result: the method's :class:`~headprune_bench.methods.base.PruningResult` (a re-trained ``model`` on the CPU when it
+        result: the method's :class:`methods.base.PruningResult` (a re-trained ``model`` on the CPU when it
             travels between processes).
         prune_s: wall seconds the prune took.
         cost: the prune's ``forward_examples`` / ``backward_examples`` (counted again by the reusing cell).
@@ -263,7 +258,7 @@ class CellWork:
         return bench.base_differs
 
     def seed_bench(self, data: TaskData, seed: int, base: torch.nn.Module, tokenizer) -> SeedBench:
-        """The :class:`~headprune_bench.benchmark.cells.bench.SeedBench` of (``data``'s task, ``seed``) around the base model."""
+        """The :class:`benchmark.cells.bench.SeedBench` of (``data``'s task, ``seed``) around the base model."""
         mini_train_idx, mini_dev_idx = train_splits(len(data.train), seed, self.cfg.preset.mini_dev_fraction)
         return SeedBench(data=data, seed=seed, base=base,
                          splits={"mini_train": data.train.select(mini_train_idx),
@@ -395,7 +390,7 @@ class CellWork:
                stored_original: bool = False) -> Record:
         """``record`` with its planned ``key`` and ``base_failed`` set (see :meth:`base_failed`); when
         ``original_record`` was stored by an earlier run (``stored_original``: a resumed (task, seed)), also
-        :data:`~headprune_bench.benchmark.store.records.BASE_DIFFERS` in its trace if :meth:`base_check` counts differing predictions.
+        :data:`benchmark.store.records.BASE_DIFFERS` in its trace if :meth:`base_check` counts differing predictions.
         ``base_failed`` stays the stored record's: one flag per (task, seed), whatever its cells started from."""
         record.base_failed = self.base_failed(bench, original_record)
         record.cell = key

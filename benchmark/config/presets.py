@@ -127,7 +127,8 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "paper": Preset(
         name="paper",
-        description="bert-base-cased, full data, lr 2e-5, batch 32, len 128, 3 epochs, 10 seeds, matched:auber (for a GPU)",
+        description=("bert-base-cased, full data, lr 2e-5, batch 32, len 128, 3 epochs, 10 seeds, matched:auber "
+                     "(for a GPU)"),
         model="bert-base-cased",
         seeds=list(range(10)),
         budget="matched:auber",  # the AUBER paper's protocol: every method prunes as many heads as AUBER
@@ -144,26 +145,12 @@ PRESETS: dict[str, Preset] = {
         train=TrainConfig(lr=5e-5, batch_size=32, epochs=3.0),
         recover=TrainConfig(lr=5e-5, batch_size=32, epochs=1.0, early_stopping=True, evals_per_epoch=2, patience=2),
         max_length=128,
-        # the whole train split: capped at 2000 examples (3 epochs = ~190 steps) every CoLA base model predicted one
-        # class (MCC 0, results/quick); on the whole split CoLA learns from the 2nd epoch and RTE clears its majority
-        # class by 9-10 points on mini-dev (results/quick-recipe-probes)
+        # the whole train split (why: docs/choices.md, "The quick preset")
         max_train_examples=0,
-        # CPU sizing of the costly methods (their paper defaults are kept by the paper preset)
+        # CPU sizing of the costly methods, with the measurements behind each value: docs/methods.md ("Presets")
         method_options={
-            # 150 episodes; rewards on a 256-example mini-dev (one example = 0.39 accuracy points; 64 examples made
-            # it 1.56 and the count came from the DQN's stop rule: at 64, 55 heads on MRPC seed 0, about what the
-            # null-reward control prunes); the per-layer fine-tune at lr 2e-5 (the official CLI default; 2e-6, the
-            # demo script's, moves little in its 16 steps). MRPC seed 0: AUBER 30 heads, its null-reward control
-            # auber-null 59; 1442 s per cell on one thread (results/auber-sizing-mrpc).
             "auber": {"episodes": 150, "minidev_max_examples": 256, "minitrain_max_examples": 500,
                       "layer_finetune_epochs": 1.0, "layer_finetune_lr": 2e-5, "final_epochs": 1.0},
-            # one lambda-search run is one epoch of mini-train; 3 runs (the paper preset allows 6) to fit the CPU
-            # time; each record's trace says whether the count reached K or how far off it ended. gate_lr 0.4, not
-            # the port's 0.1: Adam moves log_a about gate_lr per step, so one epoch with linear decay moves a gate
-            # at most gate_lr * (steps + 1) / 2; closing a gate from its init (up to +0.68) needs log_a <= -2.40,
-            # i.e. a travel of 3.08. At 0.1 (2.4 in MRPC's 47 steps, 0.8 in WNLI's 15) only the heads initialised
-            # below 0 could close: the matched counts stopped at 23-37 and WNLI pruned none (results/quick). 0.4 is
-            # the smallest round value for which every head can close in WNLI's 15 steps (travel 3.2).
             "voita": {"epochs": 1.0, "search_runs": 3, "gate_lr": 0.4},
             "dsp": {"epochs": 1.0},
             "redundancy": {"num_sequences": 32, "seq_length": 64},

@@ -52,8 +52,8 @@ class RunConfig:
         method_options: per method, its options (the preset's, overridden by the CLI's).
         progress: show progress bars.
         precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward passes of every fine-tune and
-            evaluation; :func:`headprune_bench.benchmark.training.autocast`). Part of the experiment: folders never mix them.
-        workers: run cells on a local Ray, this many at a time (None: serial; :mod:`headprune_bench.benchmark.execution.resolve`).
+            evaluation; :func:`benchmark.training.autocast`). Part of the experiment: folders never mix them.
+        workers: run cells on a local Ray, this many at a time (None: serial; :mod:`benchmark.execution.resolve`).
         ray_address: run cells on the Ray cluster at this address (``auto``: ``RAY_ADDRESS``), or None.
         threads_per_cell: CPU threads (and Ray CPUs) of one cell on Ray; None: the default of
             :func:`headprune_bench.benchmark.execution.resolve.resolve_execution`.
@@ -255,7 +255,7 @@ def _merge_options(preset: Preset, names: list[str], given: dict[str, dict[str, 
             parent_defaults = {}
         defining = {k for k, v in cls.defaults.items() if k not in parent_defaults or parent_defaults[k] != v}
 
-        def inherited(options: dict[str, Any]) -> dict[str, Any]:
+        def inherited(options: dict[str, Any], defining: set[str] = defining) -> dict[str, Any]:
             return {k: v for k, v in options.items() if k not in defining}
 
         options = {**inherited(preset.method_options.get(parent, {})), **preset.method_options.get(name, {}),

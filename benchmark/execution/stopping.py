@@ -1,20 +1,6 @@
-"""Stopping a run between cells: the first Ctrl-C (SIGINT) lets the running cells finish and starts no other (but
-the ``own-fine-tuning`` cells of prune steps this run computed, see below); a second one stops at once, as before.
-
-A long run spans sittings (the runner resumes), and every stop used to lose the cells that were running (an AUBER
-cell is half an hour of one CPU). :func:`stop_between_cells` replaces SIGINT's handler while a run computes: the
-first signal only sets :attr:`StopRequest.requested` (no exception in the middle of a cell or of a record being
-written); the runner's loops (here and on Ray, :mod:`headprune_bench.benchmark.execution.ray.driver`) check it before they start a cell, and
-return once the running cells are written. The second signal restores the previous handler and raises
-``KeyboardInterrupt`` where the process is.
-
-One kind of cell still starts after the first signal: an ``own-fine-tuning`` cell whose method's prune step this run
-has computed (:func:`starts_after_stop`). It only evaluates the weights that prune step returned, which live in this
-run's memory alone: skipped, a later run would have to prune again for them (AUBER: half an hour of one CPU) to
-spend seconds on its dev set. Every other cell resumes from what is stored (a ``prune+recover`` cell recovers the
-stored prune-only mask). For the same reason such a cell also starts past ``--time-limit``
-(:mod:`headprune_bench.benchmark.execution.time_limit`).
-"""
+"""Stopping a run between cells: the first Ctrl-C (SIGINT) lets the running cells finish and starts no other,
+except the ``own-fine-tuning`` cells of prune steps this run computed (:func:`starts_after_stop`); a second one
+stops at once. Why: docs/choices.md ("Stopping")."""
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +15,7 @@ log = logging.getLogger("benchmark")
 
 def starts_after_stop(condition: str, reuse) -> bool:
     """Whether a cell still starts after a stop was requested: an ``own-fine-tuning`` cell whose prune step
-    (``reuse``, a :class:`~headprune_bench.benchmark.cells.work.PruneState` or None) this run computed, and so holds its method's own
+    (``reuse``, a :class:`benchmark.cells.work.PruneState` or None) this run computed, and so holds its method's own
     weights in memory (a state rebuilt from a stored record holds none)."""
     from headprune_bench.benchmark.store.records import OWN
 

@@ -1,66 +1,7 @@
-"""``bench run --time-limit``: start a cell only if it should finish within the time the run has left.
+"""``bench run --time-limit``: start a cell (or base fine-tune) only if it should finish within the time left.
 
-A long run spans sittings (a SLURM job's walltime, a session), and a cell cut off at the end is lost: an AUBER cell
-is half an hour of one CPU. With ``--time-limit 2h30m`` the runner (serial, and each Ray task through the driver's
-status board) asks :meth:`TimeLimit.cell_refusal` (:meth:`TimeLimit.base_refusal`) before it starts a cell (a base
-fine-tune); one that does not fit is not started (neither a record nor a failure: the next run computes it; the
-reason goes to ``run.log``), and shorter cells may still fill the time left.
-The run then ends with the cells left to do, like the first Ctrl-C (:mod:`headprune_bench.benchmark.execution.stopping`), and the same command
-resumes it. As after a Ctrl-C, an ``own-fine-tuning`` cell whose prune step this run computed starts whatever the
-time left (:func:`~headprune_bench.benchmark.execution.stopping.starts_after_stop`): it evaluates weights held in this run's memory alone, in
-seconds, where a later run would prune again for them (on ``results/quick-protocol2`` a sitting refused two such
-cells, "expected 4 s x 1.25 > -328 s left", and a later sitting prunes again for them: AUBER's and auber-null's
-search, 3963 s and 4372 s on RTE).
-
-What a cell will take comes from the folder's finished cells of the same task, method and condition
-(:class:`CellTimes`), times :data:`MARGIN`; the run adds each record and base fine-tune it finishes, so the later
-seeds of a task new to the folder are estimated from its first:
-
-* a record's wall time splits into its prune step (``cost.prune_wall_s``, when the cell pruned) and the rest (dev
-  evaluation, recovery, the control's fine-tune). A ``prune+recover`` or ``own-fine-tuning`` cell that reused its
-  prune-only cell's prune step carries that step's time, the same number as the prune-only record of its (task,
-  seed, method): all its wall time is "rest". (Without that record, a cell whose wall time is shorter than its
-  ``prune_wall_s`` reused it; one at least as long is taken to have pruned.)
-* a cell is estimated as the longest "rest" of its (task, method, condition), plus the longest prune step of its
-  (task, method) when it will prune (a prune-only cell, or an ``own-fine-tuning`` cell of a resumed run, which
-  prunes again for the weights);
-* a cell whose own task has none of its (method, condition) yet is estimated from the other tasks that have, scaled up,
-  never down, by how much longer the task's base fine-tune took than the other's: the larger of the two ratios of
-  their shortest fine-tunes, in seconds and in seconds per train example (the larger the task's train split, or
-  its sentences, the longer), and at most the longest work recorded (so that it is never stricter than the rule
-  for a cell nothing estimates, below); of several tasks, the smallest such estimate (a task with short sentences
-  scales by a large ratio per example: CoLA's Voita cell, 610 s, would say 2455 s for RTE, MRPC's 758 s says
-  1236 s). Without a base fine-tune of both tasks there is no such estimate. Measured on
-  ``results/quick-protocol2``: the CoLA cells took 0.2-0.8 of their MRPC times (shorter sentences), which this rule
-  estimates at 1.0 of them (the shortest CoLA fine-tune, 536 s, is shorter than MRPC's, 569 s);
-* a base fine-tune as the longest one recorded for the task (``base/*/train_info.json``).
-
-A cell or fine-tune that nothing recorded can estimate (a new method, a new task's base fine-tune) starts only while
-the time left is at least the longest cell or fine-tune the folder has recorded, times :data:`MARGIN`; in a folder
-with no record it starts while any time is left.
-
-Which machine recorded a time matters as much as what it was (:class:`MachineTimes`): the same RTE AUBER cell took
-3,963 s on one 2-core CPU and 2,300-2,649 s on another, and a GPU takes a fraction of either. Records and base
-fine-tunes name what ran them, the CPU or GPU and torch's threads (``cost.machine``, ``cost.threads``;
-``train_info``'s ``machine``, ``threads``). A run estimates a cell (a base fine-tune) from, in order:
-
-1. the work of its own machine and threads, by the rules above (its task's records, else another task's scaled);
-2. else each other named machine's estimate by the same rules, times how much longer this machine took than that
-   one to fine-tune a base model of a task both fine-tuned (the shortest of each, per train example when both
-   give a count, else in seconds; of several such tasks, the largest ratio); of several machines, the largest
-   such estimate, which may exceed the longest work recorded (a slower machine is slower). A sitting on a faster
-   CPU, with more threads per cell, or on a faster GPU model scales the others' times down once it has fine-tuned a
-   base model itself, a slower one scales them up (CPU and GPU work never meet in one folder: ``run.json``'s
-   ``device_type`` refuses the other device; on one seed a GPU, with its own library versions, moved RTE's base
-   model by 2.5 points, ``results/gpu-protocol2-seed0``);
-3. else every record and fine-tune of the folder, whatever ran them, as if one machine had (work that names no
-   machine, written before records named it, counts only here): the margin covers some of the difference, not
-   a slower machine.
-
-Not scaled: the rule for work nothing estimates reads the longest work of any machine as it was recorded, and a
-run that fine-tunes no base model itself (its bases are all cached, e.g. a faster CPU resuming seeds whose bases are fine-tuned) has no ratio,
-so rule 2 never applies to it. A run on a Ray cluster (``--ray-address``), whose cells may run on different
-machines, estimates by rule 3 alone; a local Ray run on GPUs is named by the driver's first GPU.
+Estimates come from the folder's finished work of the same task, method and condition (:class:`CellTimes`),
+by the machine that recorded it (:class:`MachineTimes`), times :data:`MARGIN`. See docs/choices.md ("Time limit").
 """
 from __future__ import annotations
 
@@ -83,7 +24,7 @@ def _key(*parts: Any) -> str:
 
 @dataclass
 class CellTimes:
-    """The longest wall times (s) of a run folder's finished work, by what they were (module docstring).
+    """The longest wall times (s) of a run folder's finished work, by what they were (docs/choices.md).
 
     Attributes:
         prune: ``task|method`` -> the longest prune step.
@@ -161,7 +102,7 @@ class CellTimes:
 
     def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
         """Estimated seconds of a cell (before :data:`MARGIN`): from its task's records, else from another task's
-        scaled (module docstring); None when neither estimates it."""
+        scaled (docs/choices.md); None when neither estimates it."""
         own = self.recorded(task, method, condition, prunes)
         if own is not None:
             return own
@@ -224,7 +165,7 @@ def machine_of(what: dict[str, Any]) -> Machine | None:
 
 @dataclass
 class MachineTimes:
-    """A run's estimates from the times of a folder's work, by the machine that did it (module docstring, rules
+    """A run's estimates from the times of a folder's work, by the machine that did it (docs/choices.md, rules
     1-3). The same interface as :class:`CellTimes` (``add_record``, ``add_base``, ``cell``, ``base_estimate``,
     ``longest``), which it holds one of per machine.
 
@@ -303,7 +244,7 @@ class MachineTimes:
         return max(scaled) if scaled else pooled()
 
     def cell(self, task: str, method: str, condition: str, prunes: bool) -> float | None:
-        """Estimated seconds of a cell (before :data:`MARGIN`; module docstring, rules 1-3), or None."""
+        """Estimated seconds of a cell (before :data:`MARGIN`; docs/choices.md, rules 1-3), or None."""
         return self._estimate(lambda times: times.cell(task, method, condition, prunes),
                               lambda: self.pooled.cell(task, method, condition, prunes))
 

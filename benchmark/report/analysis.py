@@ -349,7 +349,8 @@ def _group_frames(tdf: pd.DataFrame):
         else:
             if not tdf.condition.isin([RECOVER, CONTROL, OWN]).any():
                 continue
-            gdf = tdf[tdf.condition.isin([RECOVER, CONTROL, OWN]) | (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)]
+            unpruned = (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)
+            gdf = tdf[tdf.condition.isin([RECOVER, CONTROL, OWN]) | unpruned]
         if not gdf.empty:
             yield group, gdf
 
@@ -396,8 +397,9 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
             kept = gdf[~gdf.seed.isin(failed)]
             units = sorted_units(gdf.unit.unique())
             metric = gdf.metric.iloc[0]
-            compare = lambda pairs: [compare_units(data, kept, t, r, k, metric, n_boot, n_boot_examples, seed)  # noqa: E731
-                                     for t, r, k in pairs]
+            def compare(pairs, kept=kept, metric=metric):
+                return [compare_units(data, kept, t, r, k, metric, n_boot, n_boot_examples, seed) for t, r, k in pairs]
+
             comparisons = compare(comparison_pairs(units, group, against))
             pairwise = [] if against == "all" else compare(pairwise_pairs(units))
             superseded = _superseded_units(data, gdf)

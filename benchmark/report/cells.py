@@ -163,7 +163,7 @@ def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.Data
 
 def base_walls(data: RunData) -> dict[str, float]:
     """Wall seconds of each base fine-tune by ``task/seed`` column (``mrpc/s0``), from the ``train_info.json``
-    files of the run folders' ``base/`` (:func:`headprune_bench.benchmark.store.folder.base_train_infos`; the first folder's where
+    files of the run folders' ``base/`` (:func:`benchmark.store.folder.base_train_infos`; the first folder's where
     several have one); a file without a number ``wall_s`` is left out."""
     walls: dict[str, float] = {}
     for folder in data.folders:

@@ -1,4 +1,4 @@
-"""The report's documents: ``report.md`` (sections of text around the tables of :mod:`headprune_bench.benchmark.report.tables`)
+"""The report's documents: ``report.md`` (sections of text around the tables of :mod:`benchmark.report.tables`)
 and ``tables.tex`` (the same tables as booktabs floats). Each ``*_section`` function returns Markdown lines,
 joined with newlines by :func:`markdown`.
 """
@@ -103,7 +103,8 @@ def task_sections(results: list[GroupResult]) -> list[str]:
                    f"there, for inspection):\n", tables.md_table(tables.failed_seeds_table(r))]
         md += _pairwise_lines(r)
         if _has_survivors_view(r):
-            md += [f"**{task_label(r.task)}, {SURVIVORS_TITLE}:**\n", tables.md_table(tables.task_table(r, "survivors"))]
+            md += [f"**{task_label(r.task)}, {SURVIVORS_TITLE}:**\n",
+                   tables.md_table(tables.task_table(r, "survivors"))]
             md += [f"- {n}" for n in tables.table_notes(r, "survivors") if n.startswith(("p:", "No "))] + [""]
             if any(c.n_excluded for c in r.pairwise):
                 md += [f"**{task_label(r.task)} pairwise, the same sensitivity view** (survivors only):\n",
@@ -123,7 +124,8 @@ def option_sets_section(sets: pd.DataFrame) -> list[str]:
 
 def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
     """Cross-task summary, every comparison in long form, cost, and wall seconds per (task, seed)."""
-    md = ["## Cross-task summary (WNLI left out of the averages)\n", tables.md_table(tables.summary_text(frames.summary)),
+    md = ["## Cross-task summary (WNLI left out of the averages)\n",
+          tables.md_table(tables.summary_text(frames.summary)),
           "- mean: average over the non-WNLI tasks of each row's mean score, shown only for rows that ran on all "
           "of them (tasks: how many it ran on; summary.csv has the partial averages too); Δ: the "
           "average of its mean paired differences vs original. Base-failed (task, seed) pairs are left out of "
@@ -140,13 +142,14 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
            "s: the method alone; examples passed forward / backward, the dev evaluation included; machine: the CPU or "
            "GPU that ran the cells (`cost.machine`), with how many ran on each (unknown: records written before it "
            "was recorded). Seconds compare only on the same machine.\n"]
-    return md + ["## Wall seconds per (task, seed)\n", tables.md_table(tables.walls_text(frames.walls)),
-                 "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the base "
-                 "model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. \"total\": "
-                 "the sum of the rows above but for cells computed under an option set that a later `bench run` "
-                 "replaced (one worker's seconds; with `--workers N` the wall clock is about 1/N of it); — for a "
-                 "(task, seed) with a planned cell missing, failed or not yet run under its planned options, or "
-                 "without its base fine-tune's time. CSV: `wall_per_seed.csv`.\n"]
+    walls = tables.md_table(tables.walls_text(frames.walls))
+    return md + ["## Wall seconds per (task, seed)\n", walls,
+                 "- One cell each (same definition as above); — where the cell is missing. \"base fine-tune\": the "
+                 "base model's fine-tune (`base/<task>-seed<N>/train_info.json`), shared by that seed's cells. "
+                 "\"total\": the sum of the rows above but for cells computed under an option set that a later "
+                 "`bench run` replaced (one worker's seconds; with `--workers N` the wall clock is about 1/N of it); "
+                 "— for a (task, seed) with a planned cell missing, failed or not yet run under its planned options, "
+                 "or without its base fine-tune's time. CSV: `wall_per_seed.csv`.\n"]
 
 
 def missing_section(missing: pd.DataFrame, planned: bool) -> list[str]:
@@ -177,7 +180,7 @@ def plots_section(paths: list[Path]) -> list[str]:
 
 
 def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: list[str] | None = None) -> str:
-    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`headprune_bench.benchmark.report.speed`), if any."""
+    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`benchmark.report.speed`), if any."""
     md = header_section(data, results) + task_sections(results) + option_sets_section(frames.option_sets)
     if results:
         md += summary_sections(frames, results)

@@ -1,4 +1,4 @@
-"""Loading: the records of one or more run folders as :class:`~headprune_bench.benchmark.store.records.Record` objects and one tidy
+"""Loading: the records of one or more run folders as :class:`benchmark.store.records.Record` objects and one tidy
 frame (one row per record), the input of every table and plot of the report and of the end-of-run summary.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ class RunData:
 
     Attributes:
         folders: the run folders, in the order given.
-        records: one :class:`~headprune_bench.benchmark.store.records.Record` per cell (the first folder's where several hold it).
+        records: one :class:`benchmark.store.records.Record` per cell (the first folder's where several hold it).
         failures: the latest failure (``failures.jsonl`` entry, a dict) of each cell without a record.
         duplicates: cell keys seen again after their first record (ignored).
         frame: one row per record, columns :data:`FRAME_COLUMNS` (scores as fractions), the :class:`Unit` in
@@ -144,7 +144,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
     Every record is read through :meth:`Record.from_dict` (any schema). A cell key seen twice is kept once
     (first occurrence) and reported in one :class:`ReportWarning` (louder when the duplicates' scores differ).
     A folder without ``records.jsonl`` is warned about and skipped. Failures whose cell has a record (it
-    succeeded on a later try) are dropped. An unreadable line (:func:`headprune_bench.benchmark.store.jsonl.scan_jsonl`: an interrupted
+    succeeded on a later try) are dropped. An unreadable line (:func:`benchmark.store.jsonl.scan_jsonl`: an interrupted
     write, invalid JSON, not a record) is skipped and named in a :class:`ReportWarning` (file, line, reason, what
     follows); ``RunData.broken`` lists them. A record's cell is then missing, and the next ``bench run`` into the
     folder moves the line to ``rejected.jsonl`` and computes it again. A record :meth:`Record.from_dict` refuses
@@ -204,7 +204,7 @@ def _warn_mixed_experiments(records: list[Record]) -> None:
 def _warn_other_base_models(records: list[Record]) -> None:
     """Warn about the records computed on a base model that predicts the dev set otherwise than the stored
     ``original`` record of its (task, seed) (``trace.base_dev_predictions_differ``, written by a resumed run:
-    :meth:`CellWork.base_check <headprune_bench.benchmark.cells.work.CellWork.base_check>`): the tables pair them with the
+    :meth:`CellWork.base_check <benchmark.cells.work.CellWork.base_check>`): the tables pair them with the
     records of that seed as if every cell had started from one model."""
     flagged: dict[tuple[str, int], list[Record]] = {}
     for r in records:

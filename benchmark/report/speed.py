@@ -31,8 +31,9 @@ def speed_rows(data: RunData) -> list[SpeedRow]:
 
 
 def profile_frame(rows: list[SpeedRow]) -> pd.DataFrame:
-    """One line per timing (heads pruned and kept; a masked model computes them all); ``measured_over_implied_reduction`` = measured time saved / time saved that the
-    FLOPs imply (pruned models only; 1 = the FLOPs tell the whole story)."""
+    """One line per timing (heads pruned and kept; a masked model computes them all);
+    ``measured_over_implied_reduction`` = measured time saved / time saved that the FLOPs imply (pruned models
+    only; 1 = the FLOPs tell the whole story)."""
     total = max((sum(r.heads_per_layer) for r in rows if r.kind == DENSE), default=0)  # the dense model's heads
     out = []
     for r in rows:
@@ -113,7 +114,8 @@ def row_cost_frame(data: RunData, cells: pd.DataFrame) -> pd.DataFrame:
         if config is not None:
             ms = [torch.tensor(masks[cell]) for cell in part["cell"]]
             row["params (M)"] = f"{np.mean([closed_form_parameter_count(config, m) for m in ms]) / 1e6:.2f}"
-            row[f"GFLOPs/example (T {seq_len})"] = f"{np.mean([forward_flops(config, seq_len, m).total for m in ms]) / 1e9:.3f}"
+            gflops = np.mean([forward_flops(config, seq_len, m).total for m in ms]) / 1e9
+            row[f"GFLOPs/example (T {seq_len})"] = f"{gflops:.3f}"
         row["implied speed-up"] = f"{part['implied_speedup'].mean():.3f}"
         row[f"measured speed-up (batch {batch}, T {seq_len})"] = f"{part['measured_speedup'].mean():.3f}"
         rows.append(row)

@@ -2,7 +2,7 @@
 beside the unpruned original and the majority-class baseline. Written to ``DIR/summary.md`` and
 ``DIR/summary.csv`` and printed. (Significance tests and plots belong to ``bench report``.)
 
-Records become a frame through the report's loading (:mod:`headprune_bench.benchmark.report.load`), the same code as every
+Records become a frame through the report's loading (:mod:`benchmark.report.load`), the same code as every
 table of ``bench report``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from headprune_bench.benchmark.store.records import METRIC_LABEL, ORIGINAL, PRUN
 
 
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Task x (method, condition, budget) table of a report frame (:data:`headprune_bench.benchmark.report.load.FRAME_COLUMNS`);
+    """Task x (method, condition, budget) table of a report frame (:data:`benchmark.report.load.FRAME_COLUMNS`);
     mean and sample SD (ddof=1; NaN with one seed) over seeds, in percent points.
 
     Columns: task, metric, method, condition, budget, n, mean, sd, heads_pruned (mean), heads_total, off_budget
@@ -75,7 +75,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def write_summary(folder: Path, header: str = "") -> pd.DataFrame:
-    """Read the run folder ``folder`` (:func:`headprune_bench.benchmark.report.load.load_runs`), write ``summary.md`` and
+    """Read the run folder ``folder`` (:func:`benchmark.report.load.load_runs`), write ``summary.md`` and
     ``summary.csv``; returns the table.
 
     Raises:

@@ -1,5 +1,5 @@
-"""Tables of the report: the analysis (:mod:`headprune_bench.benchmark.report.analysis`, :mod:`headprune_bench.benchmark.report.crosstask`,
-:mod:`headprune_bench.benchmark.report.cells`) as text frames for Markdown and LaTeX, and as numeric frames for CSV. Scores are
+"""Tables of the report: the analysis (:mod:`benchmark.report.analysis`, :mod:`benchmark.report.crosstask`,
+:mod:`benchmark.report.cells`) as text frames for Markdown and LaTeX, and as numeric frames for CSV. Scores are
 percent points (MCC x 100); text cells use the report's symbols (± − — † ‡ §), turned into LaTeX by :func:`tex`.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def p_text(p: float | None) -> str:
 
 
 def _p_or_undefined(p: float, notes: str, undefined: str) -> str:
-    """A secondary test's p, or "undefined" where :mod:`headprune_bench.benchmark.stats` said the test is undefined (differences
+    """A secondary test's p, or "undefined" where :mod:`benchmark.stats` said the test is undefined (differences
     constant, or all zero, up to floating-point rounding)."""
     return "undefined" if not np.isfinite(p) and undefined in str(notes) else p_text(p)
 
@@ -438,7 +438,7 @@ def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
 
 
 def walls_text(walls: pd.DataFrame) -> pd.DataFrame:
-    """Wall seconds per (task, seed) (:func:`headprune_bench.benchmark.report.cells.wall_per_seed`) as text, the unit in column
+    """Wall seconds per (task, seed) (:func:`benchmark.report.cells.wall_per_seed`) as text, the unit in column
     ``method``; ``—`` for a missing cell."""
     return walls.map(lambda v: "—" if not np.isfinite(v) else f"{v:.1f}" if v < 10 else f"{v:,.0f}"
                      ).reset_index(names="method")

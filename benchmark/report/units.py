@@ -59,7 +59,8 @@ def budget_key(spec: str) -> tuple:
 
 
 def short_budget(spec: str) -> str:
-    """``fraction:0.3`` -> ``30%``, ``heads:12`` -> ``12 heads``, ``matched:auber`` -> ``= auber``, ``none`` -> ``''``."""
+    """``fraction:0.3`` -> ``30%``, ``heads:12`` -> ``12 heads``, ``matched:auber`` -> ``= auber``,
+    ``none`` -> ``''``."""
     kind, _, value = str(spec).partition(":")
     if kind == NO_BUDGET or not spec:
         return ""

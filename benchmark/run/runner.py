@@ -1,36 +1,6 @@
-"""The benchmark runner: for each (task, seed) fine-tune (or reuse) the base model, then for each method build
-the pruning context, prune, evaluate on the GLUE dev split and append one record per cell.
-
-Protocol: shared/reference/protocol.md. A *cell* is (task, seed, method, budget, condition); the base model of a
-(task, seed) is fine-tuned once on the (capped) train split, cached in ``DIR/base/`` and shared by every method,
-so comparisons are paired by seed. Methods see only the train-derived splits ``mini_train`` / ``mini_dev`` (a
-seeded ``mini_dev_fraction`` slice of the train split); the dev split is read only to report. In a (task, seed) whose
-``original`` record an earlier run stored, each cell also checks that the base model it started from (loaded, or
-fine-tuned again) predicts the dev set as that record says (:meth:`CellWork.base_check
-<headprune_bench.benchmark.cells.work.CellWork.base_check>`); when it does not, its record carries the count
-(``trace.base_dev_predictions_differ``) and the run warns once per (task, seed).
-
-Conditions (protocol §4): ``prune-only`` always (the mask on the base weights); with ``recover=True`` (the
-default) also ``prune+recover`` (the masked base model re-fine-tuned on mini-train with the same budget for every
-method, early stopping on mini-dev, mask fixed) and the ``control`` (method ``original``: the unpruned base model
-given the same extra fine-tuning); for a method that re-trains (``HeadPruner.changes_weights()``, e.g. AUBER)
-also ``own-fine-tuning``, its own weights with its mask, a separate row.
-
-The path of one record: :meth:`Runner.run` plans the cells; serially (the default) it takes, per task,
-:func:`~headprune_bench.benchmark.cells.bench.prepare_task`, and :meth:`Runner._run_seed` gets the base model (:meth:`Runner._base_model`)
-and runs each cell to do with :meth:`Runner._run_cell`, i.e. :meth:`CellWork.run_cell
-<headprune_bench.benchmark.cells.work.CellWork.run_cell>`: the prune step (its budget from the run's budget, or from the setter's
-record), the condition step (:func:`~headprune_bench.benchmark.cells.bench.condition_step`), the dev evaluation
-(:func:`~headprune_bench.benchmark.cells.bench.evaluate_on_dev`) and :func:`~headprune_bench.benchmark.cells.bench.assemble_record`; the record gets its key and
-``base_failed`` (:meth:`CellWork.finish <headprune_bench.benchmark.cells.work.CellWork.finish>`) and :meth:`RecordStore.add
-<headprune_bench.benchmark.store.jsonl.RecordStore.add>` appends ``record.to_dict()`` to ``records.jsonl``. With ``--workers`` or
-``--ray-address`` the same :class:`~headprune_bench.benchmark.cells.work.CellWork` steps run as Ray tasks and this process
-stays the only writer (:mod:`headprune_bench.benchmark.execution.ray.driver`).
-
-Module layout: :mod:`headprune_bench.benchmark.config.run` (options), :mod:`headprune_bench.benchmark.execution.resolve` (serial or Ray, threads, GPUs),
-:mod:`headprune_bench.benchmark.store.folder` (``run.json``, base models), :mod:`headprune_bench.benchmark.provenance`, :mod:`headprune_bench.benchmark.cells.bench` (the
-steps of one cell), :mod:`headprune_bench.benchmark.cells.work` (one cell, anywhere), this module (planning and the serial loop),
-:mod:`headprune_bench.benchmark.execution.ray.driver` (the Ray loop).
+"""The benchmark runner: plan a run's cells, fine-tune (or reuse) each (task, seed)'s base model, run every cell
+to do (serially, or on Ray through :mod:`headprune_bench.benchmark.execution.ray.driver`) and append one record
+per cell. Conditions and splits: docs/protocol.md; the path of one record: docs/design.md.
 """
 from __future__ import annotations
 
@@ -55,7 +25,7 @@ from headprune_bench.benchmark.cells.work import (
     will_prune,
 )
 from headprune_bench.benchmark.config.presets import ConfigError, Experiment
-from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - the tests' and scripts' entry point
+from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - re-exported for callers
 from headprune_bench.benchmark.execution.resolve import resolve_execution
 from headprune_bench.benchmark.execution.stopping import StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
@@ -184,7 +154,7 @@ class Runner:
 
     def folder_times(self) -> MachineTimes:
         """The wall times of the folder's records and base fine-tunes, which estimate this run's cells by the
-        machine that ran them (:class:`~headprune_bench.benchmark.execution.time_limit.MachineTimes`; this run's: ``Execution.machine``)."""
+        machine that ran them (:class:`MachineTimes`; this run's: ``Execution.machine``)."""
         return MachineTimes.of_folder(self.store.records(), self.out / BASE_DIR, here=self.execution.machine())
 
     # ------------------------------------------------------------------ cells
@@ -216,11 +186,11 @@ class Runner:
 
     def run(self) -> list[dict[str, Any]]:
         """Compute every missing cell, one at a time here or on Ray (``--workers`` / ``--ray-address``, see
-        :mod:`headprune_bench.benchmark.execution.ray.driver`); returns the records of this run's cells (finished ones included), as the JSON
+        the Ray driver); returns the records of this run's cells (finished ones included), as the JSON
         objects of ``records.jsonl``.
 
         Failed cells are written to ``failures.jsonl`` and listed in ``self.failures``; the other cells go on. The
-        first SIGINT (Ctrl-C) stops the run between cells (:mod:`headprune_bench.benchmark.execution.stopping`): the running cells finish and
+        first SIGINT (Ctrl-C) stops the run between cells (``execution.stopping``): the running cells finish and
         are written, no other starts, and ``self.not_run`` counts the cells left to do (0 when the run finished).
         """
         planned = self.planned_cells()
@@ -264,7 +234,7 @@ class Runner:
         return out
 
     def task_data(self, spec: tasks.TaskSpec) -> TaskData:
-        """The task's capped, tokenised splits (:func:`~headprune_bench.benchmark.cells.bench.prepare_task`); loads the tokenizer once."""
+        """The task's capped, tokenised splits (:func:`prepare_task`); loads the tokenizer once."""
         if self.tokenizer is None:
             self.tokenizer = models.load_tokenizer(self.cfg.model)
         return prepare_task(spec, self.raw[spec.name], self.tokenizer, self.cfg.preset, self.experiment.subsample_seed)
@@ -323,7 +293,7 @@ class Runner:
 
     def _cell_inputs(self, bench: SeedBench, method: str, condition: str):
         """``(setter record, reused prune step, stored prune-only record)`` of a cell, as
-        :meth:`CellWork.run_cell <headprune_bench.benchmark.cells.work.CellWork.run_cell>` takes them: the setter's record and a
+        :meth:`CellWork.run_cell <benchmark.cells.work.CellWork.run_cell>` takes them: the setter's record and a
         resumed run's prune-only record from the store, this run's last prune step of the method."""
         spec = bench.data.spec
         setter = self.work.setter()

@@ -1,8 +1,5 @@
 """Confidence intervals: the percentile bootstrap over seeds, the t interval of a mean, and the paired two-level
-bootstrap (seeds, then dev examples) with its vectorised metric.
-
-Part of :mod:`headprune_bench.benchmark.stats`, which exports every public name here (see its docstring for units and sources).
-"""
+bootstrap (seeds, then dev examples) with its vectorised metric."""
 from __future__ import annotations
 
 import math

@@ -1,8 +1,5 @@
-"""Paired differences, their description, and the one rule for "equal up to float64 rounding"
-(:func:`rounding_tolerance`, :func:`snap_differences`) that every statistic of :mod:`headprune_bench.benchmark.stats` applies.
-
-Part of :mod:`headprune_bench.benchmark.stats`, which exports every public name here (see its docstring for units and sources).
-"""
+"""Paired differences, their description, and the one rule for "equal up to float64 rounding" that every
+statistic of :mod:`headprune_bench.benchmark.stats` applies."""
 from __future__ import annotations
 
 import math
@@ -55,26 +52,9 @@ def magnitude(*samples: Any) -> float:
 
 
 def rounding_tolerance(scale: float) -> float:
-    """Absolute tolerance below which two paired differences count as equal (up to float64 rounding).
-
-    ``ROUNDING_ULPS * eps64 * |scale|`` = 1024 * 2.22e-16 * scale ~ 2.3e-13 * scale, where ``scale`` is the
-    magnitude of the *scores* the differences came from (``max |a|, |b|``), not of the differences: a difference
-    ``a - b`` carries the absolute rounding error of ``a`` and ``b``, however small it is itself.
-
-    Why this size:
-
-    * rounding: a score is ``count / n`` (one rounding, accuracy) or a short formula of the confusion counts
-      (MCC: products, a square root, a division - some 10 roundings), times 100 for percent (one more), so its
-      relative error is at most ~10 eps; a difference of two scores is off by at most ~20 eps * scale, and two
-      differences equal in exact arithmetic (e.g. ``282/408*100 - 307/408*100`` on two seeds) by ~40 eps *
-      scale (measured: at most 1.3 eps * scale for accuracies computed along four float paths on the GLUE
-      dev sizes). The bound is 25x the estimate.
-    * real variation: two different accuracies on a dev set of N examples differ by at least 1/N of the
-      maximum score (0.245 points on MRPC's 408, 0.01 points on a 10 000-example set: 1e-4 * scale); MCC
-      values of different confusion matrices on GLUE-sized dev sets differ by orders of magnitude more than
-      the tolerance too. It stays ~8 orders of magnitude below the accuracy step, so it does not merge real
-      differences.
-    """
+    """Absolute tolerance below which two paired differences count as equal up to float64 rounding:
+    ``ROUNDING_ULPS * eps64 * |scale|`` (~2.3e-13 * scale), ``scale`` the magnitude of the scores the differences
+    came from (``max |a|, |b|``). Why this size: docs/choices.md ("Equal up to rounding")."""
     return ROUNDING_ULPS * float(np.finfo(np.float64).eps) * abs(float(scale))
 
 

@@ -1,8 +1,5 @@
 """Significance tests of paired differences: the exact sign-flip test (and the smallest p it can give), the
-Wilcoxon signed-rank and paired t-tests, and the Holm-Bonferroni adjustment of a family of p-values.
-
-Part of :mod:`headprune_bench.benchmark.stats`, which exports every public name here (see its docstring for units and sources).
-"""
+Wilcoxon signed-rank and paired t-tests, and the Holm-Bonferroni adjustment of a family of p-values."""
 from __future__ import annotations
 
 import math

@@ -1,25 +1,6 @@
-"""The result store of a run folder: ``records.jsonl`` (one JSON line per finished cell),
-``failures.jsonl`` (cells that raised; retried on the next run) and ``runs.jsonl`` (one line per ``bench run``
-invocation: its command, selection and planned cell keys, so a report can tell which cells are missing).
-
-A record is appended with a single ``write`` of one complete line to a file opened in append mode, then
-flushed and fsync'ed, so a killed run leaves at most one incomplete last line. A finished cell is never written
-twice (its key is checked first). Together: kill -9 at any moment, rerun, nothing lost or duplicated.
-
-Unreadable lines (one rule for ``bench run`` and ``bench report``, :func:`scan_jsonl`): a line is unreadable
-when it is the incomplete last line of the file (no newline: an interrupted write), is not valid JSON, or is not
-an entry of the file's kind (a record must be a JSON object with a ``cell`` key or the task, seed, method and
-condition of one). Readers (``bench report``, the summary) skip such a line and name it (file, line, reason):
-a record's cell then counts as missing. A writer (``bench run``, on opening the folder) moves every unreadable
-line of the three files to ``rejected.jsonl`` (the raw text, its file, line number and reason: kept, never
-deleted), rewrites the file without it and warns, naming each line; the missing cells are then computed again.
-So the report's advice "rerun the command" is what the run does, and no line is ever dropped silently.
-
-Appends, the repair and reads hold a ``flock`` on the file (POSIX; exclusive to write, shared to read), so
-several ``bench run`` processes may share one folder when they compute disjoint cells (e.g. one process per
-task): a process that starts cannot cut off a line another process is writing at that moment, and a report never
-mistakes a line being written for an interrupted one. A repair replaces the file (write, fsync, rename); an
-appender that locked the replaced file notices (its inode is no longer the path's) and appends to the new one.
+"""The result store of a run folder: ``records.jsonl``, ``failures.jsonl`` and ``runs.jsonl``, appended one
+whole line at a time under a ``flock``; unreadable lines are named by readers and moved to ``rejected.jsonl`` by
+writers. Guarantees (kill -9, concurrent runs): docs/choices.md ("The result store").
 """
 from __future__ import annotations
 
@@ -90,8 +71,8 @@ class BrokenLine:
 
 def record_problem(entry: Any) -> str | None:
     """Why ``entry`` cannot be a cell's record, or None when it can: the one rule of ``bench run`` and
-    ``bench report``. A record is what :meth:`headprune_bench.benchmark.store.records.Record.from_dict` reads (any schema so far) with a
-    cell key :class:`~headprune_bench.benchmark.store.records.CellKey` parses, a finite score, and predictions and labels of one length.
+    ``bench report``. A record is what :meth:`benchmark.store.records.Record.from_dict` reads (any schema so far) with a
+    cell key :class:`benchmark.store.records.CellKey` parses, a finite score, and predictions and labels of one length.
     """
     if not isinstance(entry, dict):
         return "not a record (not a JSON object)"
@@ -257,8 +238,8 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 def record_key(record: dict[str, Any]) -> str:
     """A record's cell key (the JSON object of a ``records.jsonl`` line): its ``cell``, or for records of the first
-    schema (no ``cell``) the :class:`~headprune_bench.benchmark.store.records.CellKey` of its task, seed, method, budget spec and
-    condition, without an ``opts`` part (as :meth:`Record.from_dict <headprune_bench.benchmark.store.records.Record.from_dict>` migrates
+    schema (no ``cell``) the :class:`benchmark.store.records.CellKey` of its task, seed, method, budget spec and
+    condition, without an ``opts`` part (as :meth:`Record.from_dict <benchmark.store.records.Record.from_dict>` migrates
     it).
 
     Raises:
@@ -311,7 +292,7 @@ class RecordStore:
         return iter(self._records.values())
 
     def add(self, record: Record | dict[str, Any]) -> None:
-        """Append a finished cell: a :class:`~headprune_bench.benchmark.store.records.Record` is written as ``record.to_dict()`` (a JSON
+        """Append a finished cell: a :class:`benchmark.store.records.Record` is written as ``record.to_dict()`` (a JSON
         object with a ``cell`` key is written as it is). Ignored with a warning if the cell is already stored.
 
         Raises:

@@ -1,27 +1,5 @@
-"""The result record of one cell, typed and versioned, and the cell key it is stored under.
-
-A *cell* is (task, seed, method, budget, condition) plus the hash of the method's options
-(``shared/reference/protocol.md`` §1). :class:`CellKey` builds and parses its string form
-``task|seed=N|method|budget|condition|opts=HASH`` in one place; :class:`Record` is what ``Runner`` writes, one
-JSON line per cell in ``records.jsonl``, and what every reader (``bench report``, the summary) loads.
-
-Versioning (after mteb's ``TaskResult``): every record carries ``schema``; :meth:`Record.from_dict` reads every
-schema written so far and migrates old fields on read (committed files are never rewritten):
-
-* schema 0 (a record without ``schema``, from before it was written): the cell key, if absent, is built from
-  the record's task, seed, method, budget and condition (without an ``opts`` part, as that runner keyed cells);
-  ``base_failed`` absent means False; absent cost fields are NaN / 0;
-* schema 1: the fields of :class:`Record` without ``weights`` and ``layers_emptied``, written by the first
-  protocol, under which a method that re-trains (AUBER) was evaluated in ``prune-only`` on its own weights. Read:
-  such a record (``prune-only`` with ``retrained`` true) becomes the ``own-fine-tuning`` row it was (its stored
-  ``cell`` key is kept); ``weights`` follows from the condition, except a re-training method's prune+recover cell,
-  which started from its own weights (``own+recovery``); ``layers_emptied`` is counted from the mask.
-  The committed ``results/*/records.jsonl`` from before 2026-12 are schema 1.
-* schema 2 (current, protocol 2): ``weights`` and ``layers_emptied`` written; every condition but
-  ``own-fine-tuning`` evaluates the shared base weights (re-fine-tuned for ``prune+recover`` / ``control``).
-
-:meth:`Record.to_dict` gives exactly the JSON object the runner writes (same keys, same values), so records
-written through this class are byte-identical to the runner's of the same content.
+"""The result record of one cell, typed and versioned (``schema``), and the :class:`CellKey` it is stored under
+(``task|seed=N|method|budget|condition|opts=HASH``). Old schemas are migrated on read: docs/output-files.md.
 """
 from __future__ import annotations
 
@@ -63,7 +41,7 @@ NO_OPTIONS = "-"
 
 BASE_DIFFERS = "base_dev_predictions_differ"
 """``Record.trace`` key of a cell computed on a base model that predicts ``N`` dev examples otherwise than the stored
-``original`` record of its (task, seed) (:meth:`CellWork.base_check <headprune_bench.benchmark.cells.work.CellWork.base_check>`, a
+``original`` record of its (task, seed) (``CellWork.base_check``, a
 resumed run); absent when none differs or nothing was compared. ``bench report`` warns about such records."""
 
 METRIC_LABEL = {"accuracy": "acc", "matthews_correlation": "MCC", "f1": "F1"}
@@ -171,7 +149,7 @@ class BudgetInfo:
 class Cost:
     """Cost of a cell: ``wall_s`` (seconds, pruning + any re-fine-tuning + the dev evaluation, not the shared base
     fine-tune), ``prune_wall_s`` (the method alone), ``device`` (``cpu``, ``cuda:0``), examples through forward /
-    backward, ``machine`` (the CPU's or GPU's name, :func:`headprune_bench.benchmark.provenance.machine_name`) and ``threads``
+    backward, ``machine`` (the CPU's or GPU's name, :func:`benchmark.provenance.machine_name`) and ``threads``
     (torch's intra-op threads while the cell ran). Records written before ``machine`` and ``threads`` existed
     read as ``""`` and 0: unknown."""
 

@@ -28,8 +28,8 @@ Every problem with the data, its location or a task name raises
 :class:`DataError`; data that loads but looks suspicious (a split holding one
 class only) is reported with a :class:`DataWarning`.
 
-Layout: task definitions in :mod:`headprune_bench.benchmark.tasks.specs`, the GLUE files' reader in :mod:`headprune_bench.benchmark.tasks.files`,
-metrics and baselines in :mod:`headprune_bench.benchmark.tasks.metrics`; this module chooses the source and loads from the hub,
+Layout: task definitions in :mod:`benchmark.tasks.specs`, the GLUE files' reader in :mod:`benchmark.tasks.files`,
+metrics and baselines in :mod:`benchmark.tasks.metrics`; this module chooses the source and loads from the hub,
 and exports every public name of the four.
 """
 from __future__ import annotations

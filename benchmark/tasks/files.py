@@ -1,7 +1,6 @@
 """Reading the GLUE distribution files (``<data_dir>/<TASK>/{train,dev}.tsv``) into the hub's schema, and the
 checks both data sources share (column names, one-class splits).
 
-Part of :mod:`headprune_bench.benchmark.tasks`, which exports :func:`load_glue_local`.
 """
 
 from __future__ import annotations

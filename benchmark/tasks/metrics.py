@@ -4,7 +4,6 @@ degeneracy checks of protocol.md §6).
 Metrics are computed with the scikit-learn functions that the hub's ``evaluate`` GLUE metric calls, and are
 fractions (accuracy and F1 in [0, 1], Matthews correlation in [-1, 1]), never percentages.
 
-Part of :mod:`headprune_bench.benchmark.tasks`, which exports every public name here.
 """
 
 from __future__ import annotations
@@ -99,7 +98,8 @@ def majority_baseline(task: TaskSpec | str, train_labels, eval_labels) -> dict:
     gold = _as_class_ids(eval_labels, "eval_labels", task.num_labels)
     majority = int(np.bincount(gold, minlength=task.num_labels).argmax())
     predictions = np.full(gold.shape, majority)
-    return {"majority_label": majority, "train_majority_label": int(np.bincount(train, minlength=task.num_labels).argmax()),
+    train_majority = int(np.bincount(train, minlength=task.num_labels).argmax())
+    return {"majority_label": majority, "train_majority_label": train_majority,
             **compute_metrics(task, predictions, gold)}
 
 

@@ -1,8 +1,5 @@
-"""The small GLUE tasks: their definitions (:class:`TaskSpec`, :data:`TASKS`, :data:`TASK_GROUPS`), the
-lookup of task names, and the errors of the task modules (:class:`DataError`, :class:`DataWarning`).
-
-Part of :mod:`headprune_bench.benchmark.tasks`, which exports every name here.
-"""
+"""The small GLUE tasks: :class:`TaskSpec`, :data:`TASKS`, :data:`TASK_GROUPS`, name lookup, and the errors of
+the task modules (:class:`DataError`, :class:`DataWarning`)."""
 
 from __future__ import annotations
 

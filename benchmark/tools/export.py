@@ -1,7 +1,7 @@
 """``bench export``: the model one cell evaluated, physically pruned, as a Hugging Face folder.
 
 The records hold masks and scores, not weights, so the model is computed again with the runner's own code
-(:meth:`CellWork.cell_model <headprune_bench.benchmark.cells.work.CellWork.cell_model>`) from the folder's cached base model:
+(:meth:`CellWork.cell_model <benchmark.cells.work.CellWork.cell_model>`) from the folder's cached base model:
 
 * ``prune-only``: the base model with the cell's mask (nothing is trained);
 * ``prune+recover`` / ``control``: the base model re-fine-tuned with the recorded mask (none for the control),
@@ -202,7 +202,7 @@ def _export(runner, record: Record, setter: Record | None, out: Path, onnx: bool
 
 def onnx_check(folder: Path, bench) -> dict[str, Any]:
     """Export ``folder``'s model (loaded as a user loads it, ``trust_remote_code=True``) to ``folder/model.onnx``
-    (:func:`headprune_bench.methods.heads.export_onnx`) and compare onnxruntime's logits with torch's on the first dev batch
+    (:func:`methods.heads.export_onnx`) and compare onnxruntime's logits with torch's on the first dev batch
     (32 examples, padded as the runner pads them)."""
     import numpy as np
     import onnxruntime

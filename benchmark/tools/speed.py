@@ -11,7 +11,7 @@ dense / model. Weights do not change the time, so a profile is a cell's heads pe
 default one profile per distinct head count (the first cell's, in key order), since FLOPs, and to first order the
 time, depend on the count alone (``per_mask=True`` times every distinct mask).
 
-The implied speed-up is ``FLOPs(dense) / FLOPs(model)`` (:func:`headprune_bench.methods.heads.forward_flops`, matmul FLOPs; 1 for
+The implied speed-up is ``FLOPs(dense) / FLOPs(model)`` (:func:`methods.heads.forward_flops`, matmul FLOPs; 1 for
 the masked model); the measured one is the median paired ratio above. Their gap is what the FLOPs do not
 see: element-wise work, memory traffic, kernel efficiency of narrower matrices, and the feed-forward blocks that
 head pruning leaves untouched (they dominate at short sequences).
@@ -161,15 +161,15 @@ def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: lis
                   "attention_mask": torch.ones(batch, seq_len, dtype=torch.long, device=device)}
         dense_flops = forward_flops(config, seq_len).total * batch
         runs: list[tuple[str, tuple[int, ...], Callable[[], Any], int]] = [
-            (DENSE, (heads,) * config.num_hidden_layers, lambda: dense(**inputs), dense_flops)]
+            (DENSE, (heads,) * config.num_hidden_layers, lambda inputs=inputs: dense(**inputs), dense_flops)]
         if mask is not None:
-            def masked_run():
+            def masked_run(inputs=inputs):
                 with apply_head_mask(dense, mask):
                     return dense(**inputs)
             runs.append((MASKED, profiles[0], masked_run, dense_flops))
         for p, m in pruned.items():
-            runs.append((PRUNED, p, lambda m=m: m(**inputs), forward_flops(config, seq_len, _mask_of(p, heads)).total
-                         * batch))
+            flops = forward_flops(config, seq_len, _mask_of(p, heads)).total * batch
+            runs.append((PRUNED, p, lambda m=m, inputs=inputs: m(**inputs), flops))
         times = time_rounds([run for _, _, run, _ in runs], rounds, min_run_time, device)
         for (kind, profile, _, flops), own in zip(runs, times):
             median, iqr = _median_iqr(own)

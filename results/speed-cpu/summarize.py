@@ -1,4 +1,7 @@
-"""Tables of results/speed-cpu/README.md, computed from the report's speed.csv (python results/speed-cpu/summarize.py)."""
+"""Tables of results/speed-cpu/README.md, computed from the report's speed.csv.
+
+    python results/speed-cpu/summarize.py
+"""
 from pathlib import Path
 
 import pandas as pd

@@ -20,7 +20,9 @@ def main(a_dir: str, b_dir: str) -> None:
             diff = "-" if x["scores"] is None and y["scores"] is None else "one missing"
         else:
             diff = f"{np.max(np.abs(np.asarray(x['scores'], float) - np.asarray(y['scores'], float))):.2e}"
-        same = lambda f: "equal" if x[f] == y[f] else "DIFFERENT"  # noqa: E731
+        def same(f, x=x, y=y):
+            return "equal" if x[f] == y[f] else "DIFFERENT"
+
         print(f"| {x['task']} | {x['method']} | {x['condition']} | {x['heads_pruned']} | {same('mask')} "
               f"| {same('predictions')} | {same('metrics')} | {diff} | {x['cost']['wall_s']:.1f} "
               f"| {y['cost']['wall_s']:.1f} |")

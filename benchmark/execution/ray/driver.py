@@ -1,41 +1,6 @@
-"""Cells in parallel on Ray (``bench run --workers N`` or ``--ray-address ADDR``).
-
-This process (the driver) keeps the runner's dependency graph: a cell is handed to Ray once the cells whose
-outcome it takes have returned, and Ray places it where its CPUs (``--threads-per-cell``) and GPU share
-(``--gpus-per-cell``, Ray's fractional GPUs) are free. The inputs:
-
-* the base model of a (task, seed): one task per (task, seed) that has cells to do (trained once, however many
-  cells wait for it), or the cached ``DIR/base/`` folder put into Ray's object store by this process;
-* the unpruned cell (``original``, prune-only) after the base model; every other cell of the (task, seed) takes its
-  record (for ``base_failed``, as the serial runner does; a record stored by an earlier run also for the check of
-  the base model, :meth:`CellWork.base_check <headprune_bench.benchmark.cells.work.CellWork.base_check>`, warned about here);
-* with ``matched:METHOD``, every other method's cells after the setter's prune-only cell (they match its count),
-  but a method that decides its own count (``auber-null``), which needs none (:meth:`CellWork.takes_setter`);
-* a ``prune+recover`` or ``own-fine-tuning`` cell after its method's prune-only cell, whose prune step it reuses;
-  the ``control`` after the base model.
-
-The driver hands Ray no more cells than it can run at once (its slots), so the order is the driver's, best first:
-a cell that reuses a prune step computed in this run (its method's own weights live in memory only, and a stop or
-the session's end would lose them), then the longest expected cell (the folder's recorded times and
-this run's, :class:`~headprune_bench.benchmark.execution.time_limit.MachineTimes`; a cell nothing estimates counts as longest) so that AUBER's long cells do
-not start last and leave the other workers idle, then the plan's order. Base fine-tunes are submitted when their
-(task, seed) opens (a window of slots + 1 at a time, so the object store holds few base models), before any cell,
-and like a cell only into a free slot. Ray alone would not hold that limit: a task blocked in ``ray.get`` (every
-task asks the status board whether it may start) lends its CPU to the next queued task and takes it back when the
-call returns, so a third base fine-tune handed to a 2-CPU Ray ran beside the other two (seen on 2026-12-01: three
-base fine-tunes at once on 2 cores, for the window's three (task, seed) groups).
-
-Base models travel through Ray's object store, packed as :class:`~headprune_bench.benchmark.execution.ray.transport.ModelParcel` (rebuilt by their
-class where they arrive: a model unpickled in a process that never constructed its class has no attention outputs),
-so workers never read or write the run folder: this process (the
-driver) is the only writer of ``records.jsonl``, ``failures.jsonl`` and ``DIR/base/``, appending each record as
-its cell returns (a driver killed at any moment loses only the cells still running; a rerun computes exactly
-those). A cell whose method raises returns the error, which goes to ``failures.jsonl``; a worker that dies fails
-its cell (and the cells waiting for it) the same way; Ray does not retry them (``max_retries=0``): the next run does.
-
-Each cell runs :meth:`CellWork.run_cell <headprune_bench.benchmark.cells.work.CellWork.run_cell>`, the serial runner's code, with
-``--threads-per-cell`` torch threads; a worker's log lines and warnings come back with its cell and are logged and
-warned here. Progress: one bar over cells whose text names what each worker is running.
+"""Cells in parallel on Ray (``bench run --workers N`` or ``--ray-address ADDR``): this process keeps the
+dependency graph between cells, hands Ray the best ready cells into free slots, and is the only writer of the run
+folder. Scheduling rules: docs/choices.md ("The Ray loop").
 """
 from __future__ import annotations
 
@@ -208,7 +173,7 @@ class _Driver:
         stopping = False
         while True:
             if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this (but
-                # the own-fine-tuning cells of prune steps computed here, headprune_bench.benchmark.execution.stopping.starts_after_stop)
+                # the own-fine-tuning cells of prune steps computed here: stopping.starts_after_stop)
                 stopping = True
                 self.ray.get(self.board.stop.remote())
                 next_group = len(self.groups)
@@ -253,7 +218,8 @@ class _Driver:
             if task != spec.name or cell.seed != seed or key not in self.todo:
                 continue
             prune_key = work.key(task, seed, method, PRUNE_ONLY)
-            needs = [work.key(task, seed, ORIGINAL, PRUNE_ONLY)] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
+            unpruned = work.key(task, seed, ORIGINAL, PRUNE_ONLY)
+            needs = [unpruned] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
             if work.takes_setter(method):
                 needs.append(work.key(task, seed, setter, PRUNE_ONLY))
             if condition in REUSES_PRUNE:

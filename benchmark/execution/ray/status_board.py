@@ -1,10 +1,5 @@
-"""The status board of a run on Ray (part of :mod:`headprune_bench.benchmark.execution.ray.driver`): one Ray actor per ``bench run``.
-
-It lives in a module of its own that imports neither torch nor transformers: Ray starts a fresh process for each
-run's actor, and that process imports only the module that defines the actor's class. Defined beside the Ray tasks
-(:mod:`headprune_bench.benchmark.execution.ray.tasks`, which imports torch through the cell code), the actor took about 5 s on an idle
-two-core machine, and 10-20 s while workers were starting, before the run's first task could ask it anything.
-"""
+"""The status board of a run on Ray: one actor per ``bench run``, in a module that imports neither torch nor
+transformers so that the actor's process starts fast (docs/choices.md, "The Ray loop")."""
 from __future__ import annotations
 
 
@@ -26,7 +21,7 @@ class StatusBoard:
         """Why the task ``key`` (running at ``where``, e.g. ``pid 123``) may not start, or None: it may, and the
         board shows it as running there. ``cell`` is ``("base", task)`` or ``(task, method, condition, prunes)``
         for the time limit; ``after_stop`` lets it start after :meth:`stop` and past the time limit (an
-        ``own-fine-tuning`` cell holding its prune step's weights: :func:`~headprune_bench.benchmark.execution.stopping.starts_after_stop`)."""
+        ``own-fine-tuning`` cell holding its prune step's weights: ``stopping.starts_after_stop``)."""
         if self.stopping and not after_stop:
             return "stop requested"
         if self.limit is not None and cell is not None and not after_stop:

@@ -1,8 +1,8 @@
-"""What runs in Ray's processes for :mod:`headprune_bench.benchmark.execution.ray.driver` (part of it): the base fine-tune and cell tasks and
-what they return (:class:`Outcome`); each asks the status board (:mod:`headprune_bench.benchmark.execution.ray.status_board`) before it starts.
+"""What runs in Ray's processes for the driver: the base fine-tune and cell tasks and what they return
+(:class:`Outcome`); each asks the status board (:mod:`.status_board`) before it starts.
 
 Workers never read or write the run folder: a task gets its inputs as arguments and returns its result (a model
-packed as :class:`~headprune_bench.benchmark.execution.ray.transport.ModelParcel`), its log lines and warnings; the driver writes them.
+packed as :class:`benchmark.execution.ray.transport.ModelParcel`), its log lines and warnings; the driver writes them.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Outcome:
     Attributes:
         key: the cell key (for a base model: ``base|<task>|<seed>``).
         record: the finished cell's record, or None when it failed or was skipped.
-        skipped: the task did not start the cell: a stop was requested (:mod:`headprune_bench.benchmark.execution.stopping`).
+        skipped: the task did not start the cell: a stop was requested (:mod:`benchmark.execution.stopping`).
         error: ``Type: message`` of the failure, or None.
         trace: the failure's traceback text.
         logs: the worker's log lines of the cell, as ``(levelno, message)``.
@@ -154,7 +154,7 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
 
 def _refusal(board, key: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
     """Why a task may not start its work (a stop was requested, unless ``after_stop``: it starts even then, see
-    :func:`~headprune_bench.benchmark.execution.stopping.starts_after_stop`, and past the time limit too; or it does not fit the run's
+    :func:`benchmark.execution.stopping.starts_after_stop`, and past the time limit too; or it does not fit the run's
     ``--time-limit``, ``cell`` being ``("base", task)`` or ``(task, method, condition, prunes)``), or None: it may,
     and the board shows it as running here."""
     import ray

@@ -1,18 +1,6 @@
-"""Models that cross a process boundary (Ray's object store), rebuilt by their class on arrival.
-
-A transformers model pickled in one process and unpickled in a process that never *constructed* a model of that
-class loses its attention outputs: ``PreTrainedModel.__init__`` registers the class's ``_can_record_outputs`` in a
-module-level registry (``transformers.utils.output_capturing``, transformers 5), ``output_attentions=True`` reads
-that registry to install its capture hooks, and unpickling never calls ``__init__``. The model then answers
-``attentions=None`` without any error (found by the quick run: every confidence cell on a base model loaded by the
-driver failed with "returned no attention weights" in a fresh worker). Any other state a class sets up in
-``__init__`` would be lost the same way.
-
-So a model travels as a :class:`ModelParcel`: its class, config, state dict and train/eval mode; the receiving
-process calls the class's constructor (public API: everything ``__init__`` does happens again) and loads the state
-dict strictly. Physically removed heads (``config.pruned_heads``) are removed again before the load, as
-:func:`headprune_bench.methods.heads.load_pruned` does.
-"""
+"""Models that cross a process boundary (Ray's object store) as a :class:`ModelParcel` (class, config, state
+dict, mode), rebuilt by their class's constructor on arrival so that everything ``__init__`` sets up exists again
+(docs/choices.md, "Models across processes")."""
 from __future__ import annotations
 
 import copy
