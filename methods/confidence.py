@@ -1,21 +1,5 @@
-"""Confidence pruning (Voita, Talbot, Moiseev, Sennrich, Titov, ACL 2019, §4.1 "Confident heads").
-
-Voita et al. define the confidence of a head as "the average of its maximum attention weight excluding the
-end of sentence symbol, where average is taken over tokens in a set of sentences used for evaluation":
-
-    conf_h = (1 / |Q|) * sum_{(x, q) in Q} max_{k in K(x)} A_h(x)[q, k]          (Q: non-padding queries)
-
-and the least confident heads are the least important. The paper's models are NMT Transformers; for BERT the
-analogue of the end-of-sentence symbol is [SEP]. Which keys to exclude from the max changes the ranking (BERT
-heads often park on [CLS]/[SEP], Clark et al. 2019), so it is the named option ``exclude_keys``:
-
-* ``"sep"`` (default; Voita's EOS rule mapped to BERT),
-* ``"none"`` (every non-padding key),
-* ``"cls_sep"`` (exclude both [CLS] and every [SEP]).
-
-No official code exists for the score (shared/reference/methods.md §3); the-story-of-heads only has notebooks.
-Computed in eval mode (no dropout), on the train-derived ``mini_dev`` split by default; never the GLUE dev set.
-"""
+"""Confidence pruning (Voita, Talbot, Moiseev, Sennrich, Titov, ACL 2019, §4.1 "Confident heads"): prune the heads
+whose mean max attention weight is lowest. See docs/methods.md ("Confidence")."""
 from __future__ import annotations
 
 import torch
@@ -29,16 +13,12 @@ from headprune_bench.methods.registry import register
 EXCLUDE_CHOICES = ("sep", "none", "cls_sep")
 
 
-def head_confidence(attn: torch.Tensor, attention_mask: torch.Tensor, key_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Sum over valid queries of each head's max attention weight over the allowed keys.
+def head_confidence(attn: torch.Tensor, attention_mask: torch.Tensor,
+                    key_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Per-head sum over valid queries of the max attention weight over the allowed keys.
 
-    Args:
-        attn: ``[L, B, H, T, T]`` attention probabilities.
-        attention_mask: ``[B, T]`` 1 for real tokens (valid queries), 0 for padding.
-        key_mask: ``[B, T]`` 1 for keys allowed in the max.
-
-    Returns:
-        (``[L, H]`` sum of max weights over valid queries, number of valid queries).
+    ``attn``: ``[L, B, H, T, T]`` probabilities; ``attention_mask``: ``[B, T]``, 1 = real token (valid query);
+    ``key_mask``: ``[B, T]``, 1 = key allowed in the max. Returns (``[L, H]`` sums, number of valid queries).
     """
     allowed = key_mask.to(attn.dtype)[None, :, None, None, :]  # [1, B, 1, 1, T]
     peak = (attn * allowed).amax(dim=-1)  # [L, B, H, T]   (weights are >= 0, so zeroing excludes a key)
@@ -48,20 +28,11 @@ def head_confidence(attn: torch.Tensor, attention_mask: torch.Tensor, key_mask: 
 
 @register
 class ConfidencePruner(HeadPruner):
-    """Prune the ``context.target_heads`` heads with the lowest confidence (Voita et al. 2019, §4.1).
+    """Prune the ``target_heads`` heads of lowest ``conf_h = mean_q max_k A_h[q, k]`` (Voita et al. 2019, §4.1).
 
-    Options:
-        exclude_keys (str, default "sep"): keys left out of the max: "sep", "none" or "cls_sep".
-        split (str, default "mini_dev"): train-derived split to average over ("mini_dev" or "mini_train").
-        max_examples (int, default 0): use at most this many examples of the split (0 = all).
-        batch_size (int, default 32).
-        min_heads_per_layer (int, default 0): never leave a layer with fewer heads.
-
-    Returns a result whose ``scores`` are the ``[L, H]`` confidences (in [0, 1]).
-
-    Raises:
-        OptionError: an option outside its declared constraint (at construction).
-        ValueError: no target (in :meth:`prune`).
+    Options: exclude_keys (str, "sep"): keys left out of the max, "sep", "none" or "cls_sep"; split (str,
+    "mini_dev" or "mini_train"); max_examples (int, 0 = all); batch_size (int, 32); min_heads_per_layer (int, 0).
+    ``scores`` are the ``[L, H]`` confidences, in [0, 1]. Raises OptionError at construction for a bad option.
     """
 
     name = "confidence"
@@ -74,8 +45,7 @@ class ConfidencePruner(HeadPruner):
                 "min_heads_per_layer": 0}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Average each head's confidence (:func:`head_confidence`) over the split's non-padding queries, in eval
-        mode, and prune the ``target_heads`` lowest (:func:`headprune_bench.methods.base.lowest_k_mask`).
+        """Average :func:`head_confidence` over the split in eval mode; prune the ``target_heads`` lowest.
 
         Raises:
             ValueError: no target; ``exclude_keys`` needs ``tokenizer_info["sep_token_id"]``; the split gave no token.

@@ -1,57 +1,6 @@
-"""Differentiable subset pruning (Li, Cotterell, Sachan, "Differentiable Subset Pruning of Transformer Heads",
-TACL 2021, arXiv 2108.04657; official code rycolab/differentiable-subset-pruning).
-
-Per-head importance logits ``w`` ``[L, H]`` (float64, xavier-uniform init: ``GatedBertForSequenceClassification.w``)
-are learned with the task loss alone, through a relaxed mask whose entries sum to exactly K
-(official ``gated_bert_utilities.gumbel_soft_top_k``, read through shared/reference/methods.md §6; the
-paper's full text was not available), the relaxed top-K of Xie & Ermon (2019):
-
-    u ~ U(tiny, 1),  r = w - log(-log u)                       (one Gumbel sample per head per step)
-    p_1 = softmax(r / tau)
-    p_j = softmax((r + sum_{i<j} log max(1 - p_i, tiny)) / tau),   j = 2..K
-    mask = sum_{j=1..K} p_j                                    (each p_j sums to 1, so sum(mask) = K exactly)
-
-with ``tiny = torch.finfo(float64).tiny``. Only the sum is fixed: at moderate temperatures single entries can
-exceed 1 (at tau = 1 a dominant head collects about 1 + 1/2 + 1/3 + ...); as tau -> 0 the mask tends to the K-hot
-indicator of the perturbed top K. The mask multiplies each head's output before the attention output projection
-(:func:`headprune_bench.methods.heads.apply_head_mask`; the official code multiplies the attention probabilities, the same
-operation). The temperature anneals geometrically (``trainer_dsp.py``):
-
-    tau_t = exp(log tau0 - (t / N_cool) (log tau0 - log tau_end))  for t <= N_cool, tau_end afterwards.
-
-After training the mask is the hard top-K of ``w`` (``convert_gate_to_mask(w, K)``). Here K = heads to KEEP =
-``total - context.target_heads``; the result always prunes exactly ``target_heads`` heads (ties by flat index).
-
-Variants (option ``variant``; methods.md §6.2):
-
-* ``"pipelined"`` (default): only ``w`` trains, the fine-tuned base model is frozen (paper §4.3 as quoted in
-  methods.md §6.2; our protocol starts from the fine-tuned base model). No model is returned.
-* ``"joint"``: every parameter trains with ``w`` (README joint DSP); returns the re-trained model.
-* ``"ste"``: straight-through estimator (``--use_ste``): the forward mask is the hard top-K of ``w`` (no noise, no
-  temperature), the backward pass is the identity to ``w``. As in the README's STE row, every parameter trains
-  and the re-trained model is returned. Our hard top-K picks exactly K heads by sorted index, so ties cannot
-  give fewer than K (the official ``input > sorted[k]`` can).
-
-Choices [documented defaults]:
-
-* ``tau_end`` = 1e-8, the official README command (``--final_temperature 1e-8``), verified against the code; the
-  paper's Appendix (reported by a third party only, unverified) gives 0.1. The whole relaxation runs in float64,
-  so 1e-8 is safe (in float32 ``tiny`` underflows to 0 and ``log(0)`` gives infinite values and NaN gradients).
-* ``tau0`` = 1000, ``w_lr`` = 0.5 (README), ``cooldown_steps`` = 8333 (README, pipelined). N_cool is capped at
-  the run's last step (``total_steps - 1``) so the last step runs at ``tau_end``; when the requested
-  ``cooldown_steps`` exceeds the run's steps a ``UserWarning`` is raised (the official trainer only logs "It never
-  cools down!!!") and the trace records the cap.
-* ``epochs`` = 1: pipelined DSP learns ``w`` for one additional epoch (paper §4.3 as quoted; README 1 epoch); the
-  README's joint command uses 3 epochs from the *pre-trained* model; from our fine-tuned base, 1 is the default
-  for every variant. ``max_steps`` caps a run for CPU sizing.
-* Optimiser (the loop shared with Voita, :mod:`headprune_bench.methods.gates`): AdamW (betas 0.9/0.999, eps 1e-8), ``w`` in its
-  own group; model lr 2e-5 when it trains; no weight decay (the official groups set none); linear decay to 0 of
-  every group without warm-up and gradient-norm clipping at 1.0 over every trained parameter (the HF Trainer the
-  official code runs on). Train mode (dropout on).
-
-Every random draw (``w`` init, Gumbel noise, data order, dropout) derives from ``context.seed``; the caller's global
-RNG state is restored afterwards.
-"""
+"""Differentiable subset pruning (Li, Cotterell, Sachan, TACL 2021, arXiv 2108.04657; official code
+rycolab/differentiable-subset-pruning): head logits ``w`` learned through a Gumbel soft top-K mask, then the hard
+top-K of ``w`` kept. See docs/methods.md ("DSP (Li et al. 2021)")."""
 from __future__ import annotations
 
 import math
@@ -70,19 +19,12 @@ VARIANTS = ("pipelined", "joint", "ste")
 TINY = torch.finfo(torch.float64).tiny
 
 
-# --------------------------------------------------------------------------------------------- relaxations
-
 
 def soft_top_k(scores: torch.Tensor, k: int, tau: float) -> torch.Tensor:
-    """Iterative softmax relaxation of the top-``k`` indicator of ``scores`` (any shape, flattened), in float64.
-
-    ``p_1 = softmax(r / tau)``; ``p_j = softmax((r + sum_{i<j} log max(1 - p_i, tiny)) / tau)``; returns
-    ``sum_j p_j`` with the shape of ``scores``. Its sum is ``k`` up to float64 rounding; as ``tau -> 0`` it tends
-    to the k-hot indicator of the ``k`` largest scores. ``k = 0`` gives zeros.
-
-    Raises:
-        ValueError: ``k`` out of ``[0, numel]`` or ``tau <= 0``.
-    """
+    """Relaxed top-``k`` indicator of ``scores`` (any shape; float64, same shape): ``sum_{j<=k} p_j`` with
+    ``p_j = softmax((r + sum_{i<j} log max(1 - p_i, tiny)) / tau)`` (official ``gumbel_soft_top_k``). Sums to ``k``;
+    tends to the k-hot top ``k`` as ``tau -> 0``; zeros for ``k = 0``. Raises ValueError: ``k`` outside
+    ``[0, numel]`` or ``tau <= 0``."""
     n = scores.numel()
     if not 0 <= k <= n:
         raise ValueError(f"dsp: cannot keep {k} of {n} heads")
@@ -99,8 +41,7 @@ def soft_top_k(scores: torch.Tensor, k: int, tau: float) -> torch.Tensor:
 
 
 def gumbel_noise(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Standard Gumbel noise ``-log(-log u)``, ``u ~ U(tiny, 1)`` in float64 on the CPU (official: ``u = rand *
-    (1 - tiny) + tiny``)."""
+    """Standard Gumbel noise ``-log(-log u)``, ``u ~ U(tiny, 1)``, float64 on the CPU."""
     u = torch.rand(shape, generator=generator, dtype=torch.float64) * (1 - TINY) + TINY
     return -torch.log(-torch.log(u))
 
@@ -112,8 +53,7 @@ def gumbel_soft_top_k(w: torch.Tensor, k: int, tau: float, generator: torch.Gene
 
 
 def hard_top_k(w: torch.Tensor, k: int) -> torch.Tensor:
-    """0/1 float mask (shape of ``w``) with exactly ``k`` ones at the ``k`` largest entries; ties go to the lower
-    flat index (stable sort), so exactly ``k`` heads are kept whatever the ties."""
+    """0/1 float64 mask (shape of ``w``), exactly ``k`` ones at the largest entries; ties to the lower flat index."""
     flat = w.detach().reshape(-1)
     order = torch.sort(flat, descending=True, stable=True).indices[:k]
     mask = torch.zeros_like(flat, dtype=torch.float64)
@@ -126,7 +66,7 @@ class StraightThroughTopK(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, w: torch.Tensor, k: int) -> torch.Tensor:
-        """:func:`hard_top_k` of ``w`` in ``w``'s dtype (shape of ``w``)."""
+        """:func:`hard_top_k` of ``w`` in ``w``'s dtype."""
         return hard_top_k(w, k).to(w.dtype)
 
     @staticmethod
@@ -141,33 +81,23 @@ def ste_top_k(w: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def temperature(step: int, tau0: float, tau_end: float, cooldown: int, annealing: bool = True) -> float:
-    """Geometric annealing ``exp(log tau0 - (step / cooldown)(log tau0 - log tau_end))`` for ``step <= cooldown``,
-    ``tau_end`` afterwards (and always ``tau_end`` without annealing); official ``trainer_dsp.py``."""
+    """``exp(log tau0 - (step / cooldown)(log tau0 - log tau_end))`` up to ``cooldown``, then (or without
+    annealing) ``tau_end`` (official ``trainer_dsp.py``)."""
     if not annealing or cooldown <= 0 or step >= cooldown:
         return float(tau_end)
     return float(math.exp(math.log(tau0) - step / cooldown * (math.log(tau0) - math.log(tau_end))))
 
-
-# --------------------------------------------------------------------------------------------- the method
 
 
 @register
 class DSPPruner(HeadPruner):
     """Differentiable subset pruning: learn head logits through a Gumbel soft top-K, keep the top-K (Li et al. 2021).
 
-    Options (defaults; see the module docstring for sources):
-        variant (str, "pipelined"): "pipelined" (only w trains), "joint" (all parameters) or "ste".
-        tau0 (float, 1000.0), tau_end (float, 1e-8), cooldown_steps (int, 8333), annealing (bool, True).
-        w_lr (float, 0.5): lr of w. lr (float, 2e-5): lr of the model (joint, ste).
-        epochs (float, 1.0), max_steps (int, 0 = no cap), batch_size (int, 32).
-        max_grad_norm (float, 1.0; 0 = none), linear_decay (bool, True).
-        log_every (int, 0): record the loss and temperature every this many steps in the trace (0 = ~20 points).
-
-    Returns ``scores`` = trained ``w`` ``[L, H]`` (float32; higher = keep); ``retrained`` for joint and ste.
-
-    Raises:
-        OptionError: an option outside its declared constraint (at construction).
-        ValueError: no target (in :meth:`prune`).
+    Options: variant ("pipelined": only ``w`` trains; "joint": every parameter; "ste": straight-through, every
+    parameter); tau0 (1000.0), tau_end (1e-8), cooldown_steps (8333), annealing (True); w_lr (0.5), lr (2e-5, the
+    model's); epochs (1.0), max_steps (0 = no cap), batch_size (32), max_grad_norm (1.0; 0 = none), linear_decay
+    (True); log_every (0 = about 20 trace points of loss and temperature). ``scores`` = trained ``w`` ``[L, H]``
+    (float32, higher = keep); ``retrained`` for joint and ste. Raises OptionError at construction.
     """
 
     name = "dsp"
@@ -182,8 +112,7 @@ class DSPPruner(HeadPruner):
                "(pipelined/joint/STE)")
 
     def check_options(self) -> None:
-        """The temperature anneals from ``tau0`` down to ``tau_end`` (official ``trainer_dsp.py``), so
-        ``tau_end <= tau0``."""
+        """Raises OptionError unless ``tau_end <= tau0`` (the temperature anneals down)."""
         if self.options["tau_end"] > self.options["tau0"]:
             raise OptionError(f"{self.name}: option tau_end ({self.options['tau_end']:g}) must not exceed tau0 "
                               f"({self.options['tau0']:g}): the temperature is annealed down")
@@ -198,8 +127,7 @@ class DSPPruner(HeadPruner):
         return self.options["variant"] in ("joint", "ste")
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Learn ``w`` with the shared loop (:func:`headprune_bench.methods.gates.run_gate_training`) through the variant's mask
-        (:class:`SubsetMask`), then keep the hard top-K of ``w`` (module docstring).
+        """Learn ``w`` through the variant's mask (:class:`SubsetMask`), then keep the hard top-K of ``w``.
 
         Raises:
             ValueError: no target, a target outside ``[0, L*H]``, or an empty ``mini_train``.
@@ -249,9 +177,8 @@ class DSPPruner(HeadPruner):
                              model=work if trains_model else None, trace=trace)
 
     def cooldown(self, total_steps: int, context: PruningContext, trace: dict[str, Any]) -> int:
-        """N_cool of the temperature schedule (module docstring, "Choices"): ``cooldown_steps`` capped at
-        ``total_steps - 1`` when annealing, with a ``UserWarning`` (also logged and put in ``trace["warning"]``)
-        when the request exceeds the run. Adds ``total_steps`` and the temperature settings to ``trace``."""
+        """N_cool: ``cooldown_steps`` capped at ``total_steps - 1`` when annealing, with a ``UserWarning`` (also
+        logged and in ``trace["warning"]``) when it exceeds the run; the schedule's settings go into ``trace``."""
         opts = self.options
         variant = opts["variant"]
         cooldown = opts["cooldown_steps"]
@@ -272,14 +199,8 @@ class DSPPruner(HeadPruner):
 
 
 class SubsetMask:
-    """The ``sample_mask`` of a DSP run (:func:`headprune_bench.methods.gates.run_gate_training`): ``mask(t)`` is the ``[L, H]``
-    float64 mask of step ``t``: the Gumbel soft top-K of ``w`` at the annealed temperature ``tau_t``
-    (:func:`gumbel_soft_top_k`, :func:`temperature`; variants "pipelined" and "joint"), or the straight-through hard
-    top-K (:func:`ste_top_k`; variant "ste", no noise). The noise comes from ``generator``.
-
-    Attributes:
-        tau: the temperature of the last mask drawn (``tau_end`` before the first; unused by "ste").
-    """
+    """The ``[L, H]`` float64 mask of step ``t`` (``mask(t)``): the Gumbel soft top-K of ``w`` at ``tau_t``, or for
+    "ste" the straight-through hard top-K. ``tau``: the last temperature used (``tau_end`` before the first)."""
 
     def __init__(self, w: torch.Tensor, keep: int, variant: str, options: dict[str, Any], cooldown: int,
                  generator: torch.Generator) -> None:

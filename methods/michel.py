@@ -1,31 +1,6 @@
-"""Gradient head importance (Michel, Levy, Neubig, "Are Sixteen Heads Really Better than One?", NeurIPS 2019).
-
-Each head's output is multiplied by a gate xi_h = 1 (paper §2, Eq. 1 with the mask variables); the importance
-of head h is the expected sensitivity of the loss to that gate (paper §4.1, Eq. 2):
-
-    I_h = E_{x ~ X} | d L(x) / d xi_h |
-
-then (optionally, recommended for BERT) normalised by the L2 norm within each layer (paper §4.1, following
-Molchanov et al. 2017). Heads are pruned in order of increasing importance, globally across layers (§4.2).
-
-Estimators (shared/reference/methods.md §4.1, §4.6), the named option ``estimator``:
-
-* ``"example"`` (default, the paper's Eq. 2): ``|d L(x) / d xi_h|`` per example, averaged over examples. One
-  backward pass per batch gives every example's gradient, because the gates are per-example variables
-  ``[B, L, H]`` and the batch loss is the sum of per-example losses.
-* ``"token"`` (the official code, ``classifier_eval.py::calculate_head_importance``): ``|.|`` per token
-  position (gates ``[B, T, L, H]``), summed, divided by the number of non-padding tokens for every layer but
-  the last and by the number of examples for the last layer (only [CLS] gets a gradient there; issue #11).
-
-Modes, the option ``mode``:
-
-* ``"one-shot"`` (default): importance once on the unpruned model, prune the K lowest.
-* ``"iterative"``: prune ``step_fraction`` (10%) of all heads at a time, recomputing importance on the masked
-  model before each step (official ``--exact_pruning``), until K heads are pruned.
-
-Importance uses a train-derived split (the official code uses the training set) in eval mode (no dropout),
-with the labels' cross-entropy as L. Never the GLUE dev set (HF's run_bertology.py leaks here; we do not).
-"""
+"""Gradient head importance (Michel, Levy, Neubig, "Are Sixteen Heads Really Better than One?", NeurIPS 2019):
+``I_h = E_x |dL(x)/d xi_h|`` (§4.1, Eq. 2), heads pruned in increasing order (§4.2). See docs/methods.md
+("Michel et al. 2019")."""
 from __future__ import annotations
 
 import math
@@ -45,15 +20,14 @@ MODES = ("one-shot", "iterative")
 
 def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, *, estimator: str = "example",
                     base_mask: torch.Tensor | None = None, max_examples: int = 0) -> tuple[torch.Tensor, int]:
-    """Michel et al.'s importance ``E_x |dL(x)/dxi_h|`` for every head.
+    """The importance ``E_x |dL(x)/dxi_h|`` of every head (§4.1, Eq. 2; official fork of pytorch-pretrained-BERT,
+    ``examples/classifier_eval.py`` ``calculate_head_importance``), L = summed cross-entropy of the labels.
 
     Args:
-        model: a classifier of a supported family; put in eval mode by the caller. Its weights get no gradient.
-        batches: iterable of batches (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``).
-        num_layers, num_heads: L and H.
-        estimator: "example" or "token" (see module docstring).
-        base_mask: optional ``[L, H]`` 0/1 mask of heads already pruned (iterative mode); gates are multiplied
-            by it, so pruned heads contribute nothing (their own gate gradient is still defined).
+        model: a classifier of a supported family, in eval mode (the caller's); its weights get no gradient.
+        batches: batches with ``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``.
+        estimator: "example" (``|.|`` per example, the paper) or "token" (per token position, the official code).
+        base_mask: optional ``[L, H]`` 0/1 mask of heads already pruned; the gates are multiplied by it.
         max_examples: stop after this many examples (0 = all).
 
     Returns:
@@ -112,21 +86,10 @@ def normalize_by_layer(importance: torch.Tensor) -> torch.Tensor:
 class MichelPruner(HeadPruner):
     """Prune the heads of lowest gradient importance (Michel et al. 2019, Eq. 2, §4.2).
 
-    Options:
-        estimator (str, default "example"): "example" (paper Eq. 2) or "token" (official code).
-        normalize_by_layer (bool, default True): per-layer L2 normalisation of the scores (§4.1).
-        mode (str, default "one-shot"): "one-shot" or "iterative" (recompute after each step).
-        step_fraction (float, default 0.1): fraction of all heads pruned per iterative step.
-        split (str, default "mini_train"): train-derived split for the gradients.
-        max_examples (int, default 0): at most this many examples per importance pass (0 = all).
-        batch_size (int, default 32).
-        min_heads_per_layer (int, default 0): the official ``--at_least_x_heads_per_layer``.
-
-    Returns ``scores`` = the (normalised) importance of the last pass ``[L, H]``; the trace lists the steps.
-
-    Raises:
-        OptionError: an option outside its declared constraint (at construction).
-        ValueError: no target (in :meth:`prune`).
+    Options: estimator (str, "example" or "token"); normalize_by_layer (bool, True): per-layer L2 norm (§4.1);
+    mode (str, "one-shot" or "iterative": recompute on the masked model every ``step_fraction`` (0.1) of all
+    heads); split (str, "mini_train"); max_examples (int, 0 = all); batch_size (int, 32); min_heads_per_layer
+    (int, 0). ``scores`` = the last pass's ``[L, H]`` importance. Raises OptionError at construction.
     """
 
     name = "michel"
@@ -139,8 +102,7 @@ class MichelPruner(HeadPruner):
                 "split": "mini_train", "max_examples": 0, "batch_size": 32, "min_heads_per_layer": 0}
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """One-shot or iterative pruning by :func:`head_importance` (module docstring; paper §4.2, official
-        ``--exact_pruning``). The model's weights are left untouched.
+        """One-shot or iterative (official ``--exact_pruning``) pruning by :func:`head_importance`; weights untouched.
 
         Raises:
             ValueError: no target, or the split gave no examples.

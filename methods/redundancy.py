@@ -1,36 +1,7 @@
 """Zero-shot pruning from attention redundancy, after Bian, Huang, Cai, Yuan, Church, "On Attention Redundancy: A
-Comprehensive Study", NAACL 2021 (pp. 930-945).
-
-RECONSTRUCTION: the paper has no official code and its full text was not available (shared/reference/methods.md
-§7); only the abstract is verified. The abstract says that redundancy matrices (head-by-head distances between
-attention maps, token-based or sentence-based) show a clear cluster structure that is the same for the pre-trained
-and fine-tuned BERT, task-agnostic, and present even on *randomly generated token sequences*, and proposes "a
-simple zero-shot pruning method" from it. The procedure below is our reconstruction of such a method
-(methods.md §7, "Bian-style"), not the paper's verified algorithm:
-
-1. Take the *pre-trained* encoder (``context.load_pretrained()``; option ``model_source="finetuned"`` uses the
-   fine-tuned base instead), eval mode, eager attention.
-2. Draw ``num_sequences`` random sequences of ``seq_length`` tokens: ``[CLS] t_1 ... t_{T-2} [SEP]`` with every
-   ``t_i`` uniform over the vocabulary minus ``tokenizer_info["special_ids"]``; no padding, token type 0.
-   No task data is read.
-3. Token-based redundancy matrix over the N = L*H heads (:func:`redundancy_matrix`):
-   ``D[a, b] = mean over sequences x and query positions i of d(A_a(x)[i, :], A_b(x)[i, :])`` with ``d`` the
-   Jensen-Shannon distance (square root of the JS divergence in bits; default) or the cosine distance
-   ``1 - cos`` (option ``distance="cosine"``). Both lie in [0, 1] for attention rows, so no rescaling is needed.
-   D is symmetric with a zero diagonal by construction.
-4. Agglomerative clustering of the heads on D (scipy, ``linkage`` default "average") cut into exactly C clusters,
-   C = number of heads to keep = ``total - context.target_heads`` (``scipy.cluster.hierarchy.cut_tree``).
-5. Keep each cluster's medoid (the member with the smallest summed distance to the other members; ties to the
-   lower flat index) and prune every other head. Exactly ``target_heads`` heads are pruned; whole layers may go.
-
-The recovery fine-tune of the benchmark's "prune + recover" condition plays the role of the paper's fine-tuning.
-
-Cache: the matrix depends only on the model, the seed and the options of step 2-3, never on the task, so it is
-kept in an in-process dict keyed by (a digest of the encoder's architecture and weights without the task head,
-``context.seed``, num_sequences, seq_length, distance, batch_size, vocabulary and special ids). Every task of the
-same model and seed in one ``bench run`` process then reuses it (only the cheap clustering reruns); another process
-(e.g. another ``--budget`` invocation) recomputes it. ``cache=False`` recomputes; :func:`clear_cache` empties it.
-"""
+Comprehensive Study", NAACL 2021. A RECONSTRUCTION (no official code; only the abstract was read): cluster the heads
+by the distance between their attention maps on random tokens, keep one medoid per cluster. See docs/methods.md
+("Redundancy (Bian et al. 2021)")."""
 from __future__ import annotations
 
 import hashlib
@@ -60,20 +31,13 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-# --------------------------------------------------------------------------------------------- inputs
-
 
 def random_token_batches(tokenizer_info: dict[str, Any], num_sequences: int, seq_length: int, batch_size: int,
                          generator: torch.Generator,
                          device: torch.device | str = "cpu") -> Iterator[dict[str, torch.Tensor]]:
-    """Batches of ``[CLS] random tokens [SEP]`` of fixed length, tokens uniform over the vocabulary minus the
-    special ids (step 2 of the module docstring). Yields ``input_ids``, ``attention_mask`` (all ones) and
-    ``token_type_ids`` (zeros), each ``[B, seq_length]``.
-
-    Raises:
-        ValueError: missing ``vocab_size``/``cls_token_id``/``sep_token_id``, ``seq_length < 3``, or no ordinary
-            token left in the vocabulary.
-    """
+    """Batches of ``[CLS] t_1 .. t_{T-2} [SEP]``, tokens uniform over the vocabulary minus the special ids: yields
+    ``input_ids``, ``attention_mask`` (ones), ``token_type_ids`` (zeros), each ``[B, seq_length]``. Raises
+    ValueError: no ``vocab_size``/``cls_token_id``/``sep_token_id``, ``seq_length < 3``, no ordinary token."""
     for key in ("vocab_size", "cls_token_id", "sep_token_id"):
         if tokenizer_info.get(key) is None:
             raise ValueError(f"redundancy: tokenizer_info has no {key!r}")
@@ -97,26 +61,22 @@ def random_token_batches(tokenizer_info: dict[str, Any], num_sequences: int, seq
         done += b
 
 
-# --------------------------------------------------------------------------------------------- distances
-
 
 def pairwise_head_distances(attn: torch.Tensor, distance: str = "js",
                             query_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """Summed token-based distances between every pair of heads for one batch of attention maps.
 
     Args:
-        attn: ``[L, B, H, T, T]`` attention probabilities (rows sum to 1), as from
-            :func:`headprune_bench.methods.attention.attention_maps`.
-        distance: ``"js"`` (Jensen-Shannon distance, bits, in [0, 1]) or ``"cosine"`` (``1 - cos``, in [0, 1]
-            for non-negative rows).
-        query_mask: optional ``[B, T]`` 1 for the query rows to count (default: all rows).
+        attn: ``[L, B, H, T, T]`` attention probabilities (rows sum to 1).
+        distance: ``"js"`` (Jensen-Shannon distance in bits) or ``"cosine"`` (``1 - cos``); both in [0, 1].
+        query_mask: optional ``[B, T]``, 1 for the query rows to count (default: all rows).
 
     Returns:
-        (``[N, N]`` float64 sums over the counted rows of ``d(A_a[i, :], A_b[i, :])`` with N = L*H in layer-major
-        order, symmetric with a zero diagonal; number of rows counted).
+        (``[N, N]`` float64 sums of ``d(A_a[i, :], A_b[i, :])`` over the counted rows, N = L*H layer-major,
+        symmetric with a zero diagonal; number of rows counted).
 
     Raises:
-        ValueError: unknown distance or wrong shape.
+        ValueError: unknown distance, or ``attn`` not 5-dimensional.
     """
     if distance not in DISTANCES:
         raise ValueError(f"redundancy: distance must be one of {DISTANCES}, got {distance!r}")
@@ -135,15 +95,12 @@ def pairwise_head_distances(attn: torch.Tensor, distance: str = "js",
     if distance == "cosine":
         rows = rows.double()
         unit = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        # per row i: cos[a, b] = <u_a[i], u_b[i]>; summed over rows -> einsum over the row axis
         cos = torch.einsum("art,brt->ab", unit, unit)
         out = (count - cos).cpu()
         out.fill_diagonal_(0.0)
         out = 0.5 * (out + out.T)
         return out.clamp_min(0.0), count
-    # Jensen-Shannon divergence through S(x) = sum_t x_t log x_t (negative entropy): JS = (S(p) + S(q)) / 2 - S(m),
-    # m = (p + q) / 2. Elementwise work in float32 (the cost is one log per element per pair of heads), sums over
-    # rows in float64. Rounding noise of a distance is about 1e-3; identical rows give exactly 0 (m == p bitwise).
+    # JS = (S(p) + S(q)) / 2 - S(m), S(x) = sum x log x, m = (p + q) / 2: float32 elementwise, float64 sums
     rows = rows.float()
 
     def neg_entropy(x: torch.Tensor) -> torch.Tensor:
@@ -162,13 +119,9 @@ def pairwise_head_distances(attn: torch.Tensor, distance: str = "js",
 
 @torch.no_grad()
 def redundancy_matrix(model: nn.Module, batches, distance: str = "js") -> torch.Tensor:
-    """Mean token-based distance ``[N, N]`` (float64, N = L*H heads in layer-major order) between the attention
-    maps of every pair of heads over ``batches`` (query rows of padding tokens are skipped). Symmetric, zero
-    diagonal, values in [0, 1]. The model is put in eval mode.
-
-    Raises:
-        ValueError: unknown distance, or the batches gave no token.
-    """
+    """Mean token-based distance ``[N, N]`` (float64 in [0, 1], N = L*H layer-major, zero diagonal) between the
+    attention maps of every pair of heads over ``batches``, padding queries skipped, in eval mode. Raises
+    ValueError: unknown distance, or the batches gave no token."""
     model.eval()
     total, rows = None, 0
     for batch in batches:
@@ -183,23 +136,17 @@ def redundancy_matrix(model: nn.Module, batches, distance: str = "js") -> torch.
     return matrix
 
 
-# --------------------------------------------------------------------------------------------- clustering
-
 
 def cluster_medoid_mask(matrix: torch.Tensor, num_keep: int, num_layers: int, num_heads: int,
                         linkage: str = "average") -> tuple[torch.Tensor, list[int]]:
-    """Cluster the heads on a distance matrix into ``num_keep`` clusters and keep each cluster's medoid.
-
-    Args:
-        matrix: ``[N, N]`` symmetric distances, N = ``num_layers * num_heads`` (layer-major).
-        num_keep: number of clusters = heads kept, ``0 <= num_keep <= N``.
-        linkage: scipy linkage method ("average", "complete", "single", "weighted").
+    """Agglomerative clustering (scipy ``linkage`` method) of the heads on ``matrix`` (``[N, N]`` symmetric, N =
+    L*H layer-major) into ``num_keep`` clusters; each cluster keeps its medoid (ties to the lower index).
 
     Returns:
-        (``[L, H]`` float32 mask with exactly ``num_keep`` ones, cluster label of every head (flat order)).
+        (``[L, H]`` float32 mask with exactly ``num_keep`` ones, cluster label of every head in flat order).
 
     Raises:
-        ValueError: bad shape, ``num_keep`` out of range, or unknown linkage.
+        ValueError: bad shape, ``num_keep`` outside ``[0, N]``, or unknown linkage.
     """
     from scipy.cluster.hierarchy import cut_tree
     from scipy.cluster.hierarchy import linkage as scipy_linkage
@@ -237,8 +184,7 @@ ARCHITECTURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_la
 
 
 def _max_tokens(config) -> int | None:
-    """The longest input the model of ``config`` takes (its family adapter's ``max_tokens``; the config's
-    ``max_position_embeddings`` for a family without one); None when unknown or unlimited."""
+    """The longest input (tokens) the model of ``config`` takes; None when unknown or unlimited."""
     if config is None:
         return None
     if getattr(config, "model_type", None) in LAYOUTS:
@@ -251,10 +197,8 @@ TASK_HEAD_MODULES = ("pooler",)
 
 
 def model_digest(model: nn.Module) -> str:
-    """Short digest of what an encoder's attention maps depend on (cache key): the architecture fields of its config
-    and every tensor of its encoder (``model.base_model``: embeddings and layers, of any family). The task head
-    (pooler, classifier, label names) is left out, so the pre-trained encoder loaded for different tasks gives the
-    same digest."""
+    """Hex digest (cache key) of the config's architecture fields and the encoder's tensors, task head left out:
+    the same pre-trained encoder gives the same digest for every task."""
     base = get_layout(model).base
     h = hashlib.blake2b(digest_size=12)
     config = getattr(model, "config", None)
@@ -263,13 +207,11 @@ def model_digest(model: nn.Module) -> str:
     for name, tensor in base.state_dict().items():
         if name.split(".", 1)[0] in TASK_HEAD_MODULES:
             continue
-        # BERT-family names relative to their module, as before the other families came: the same digests.
+        # BERT-family keys relative to embeddings/encoder, so their digests equal those of earlier records
         h.update(name.split(".", 1)[1].encode() if name.startswith(("embeddings.", "encoder.")) else name.encode())
         h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
-
-# --------------------------------------------------------------------------------------------- the method
 
 
 @register
@@ -277,22 +219,12 @@ class RedundancyPruner(HeadPruner):
     """Zero-shot pruning from attention redundancy on random tokens (Bian et al. 2021; RECONSTRUCTION, no official
     code): cluster heads by attention-map distance, keep one medoid per cluster.
 
-    Options:
-        num_sequences (int, 100): random sequences (methods.md §7 suggests 100-1000).
-        seq_length (int, 128): tokens per sequence incl. [CLS] and [SEP] (the benchmark's max length); at most the
-            model's ``max_position_embeddings``.
-        distance (str, "js"): "js" (token-based Jensen-Shannon distance) or "cosine".
-        linkage (str, "average"): scipy linkage method.
-        model_source (str, "pretrained"): "pretrained" (``context.load_pretrained()``) or "finetuned" (the given
-            base model; the abstract reports the same patterns in both phases).
-        batch_size (int, 8): sequences per forward pass.
-        cache (bool, True): reuse the in-process cache of redundancy matrices.
-
-    Returns ``scores`` = each head's mean distance to the other heads (higher = less redundant), ``[L, H]``.
-
-    Raises:
-        OptionError: an option outside its declared constraint (at construction).
-        ValueError: no target, no pre-trained model in the context, or ``seq_length`` too long (in :meth:`prune`).
+    Options: num_sequences (100); seq_length (128, [CLS] and [SEP] included; at most the model's positions);
+    distance ("js" or "cosine"); linkage ("average", "complete", "single" or "weighted"); model_source
+    ("pretrained": ``context.load_pretrained()``, or "finetuned": the given model); batch_size (8 sequences);
+    cache (True: reuse the in-process matrix cache, keyed by model digest, seed and options; :func:`clear_cache`).
+    ``scores`` = each head's mean distance to the others, ``[L, H]`` (higher = less redundant). Raises OptionError
+    at construction for a bad option.
     """
 
     name = "redundancy"
@@ -309,13 +241,7 @@ class RedundancyPruner(HeadPruner):
     reconstruction = True
 
     def check_setup(self, num_layers: int, num_heads: int, target_heads: int | None, model_config: Any) -> None:
-        """Also: the random sequences (``seq_length`` tokens) must fit the model's position embeddings.
-
-        Raises:
-            OptionError: ``seq_length`` above the tokens the model's position embeddings take (its family's
-                :meth:`~headprune_bench.methods.heads.layout.HeadLayout.max_tokens`: ``max_position_embeddings``, fewer for
-                RoBERTa).
-        """
+        """Also raises OptionError: ``seq_length`` above the tokens the model's position embeddings take."""
         super().check_setup(num_layers, num_heads, target_heads, model_config)
         max_tokens = _max_tokens(model_config)
         if max_tokens is not None and self.options["seq_length"] > max_tokens:
@@ -323,8 +249,7 @@ class RedundancyPruner(HeadPruner):
                               f"{max_tokens} tokens the model's position embeddings take")
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Steps 1-5 of the module docstring (RECONSTRUCTION): the redundancy matrix (cached, see the module
-        docstring), clustered into ``L*H - target_heads`` clusters, one medoid kept per cluster.
+        """The redundancy matrix of the source model, clustered into ``L*H - target_heads`` clusters.
 
         Raises:
             ValueError: no target or one outside ``[0, L*H]``; no pre-trained model; ``seq_length`` too long.

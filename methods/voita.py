@@ -1,89 +1,6 @@
-"""Hard-concrete (L0) head gates (Voita, Talbot, Moiseev, Sennrich, Titov, "Analyzing Multi-Head Self-Attention:
-Specialized Heads Do the Heavy Lifting, the Rest Can Be Pruned", ACL 2019, §6; the
-hard-concrete gates of Louizos, Welling, Kingma, "Learning Sparse Neural Networks through L0 Regularization",
-ICLR 2018). Equations below are written from the official code (lena-voita/the-story-of-heads, read through
-shared/reference/methods.md §5); the paper texts were not available, so no equation numbers are cited.
-
-Every head h gets a scalar gate g_h that multiplies its output before the attention output projection (official
-``lib/layers/attn.py::MultiHeadAttnConcrete``; here through :func:`headprune_bench.methods.heads.apply_head_mask`). The gate is a
-stretched and clipped binary-concrete ("hard concrete", Louizos et al.) variable with one parameter ``log_a`` per
-head (official ``lib/layers/concrete_gate.py``):
-
-    u ~ U(eps, 1 - eps)                                   (one draw per head per step, shared by the batch)
-    s = sigmoid((log u - log(1 - u) + log_a) / beta)      beta = 0.33
-    g = clip(s * (zeta - gamma) + gamma, 0, 1)            (gamma, zeta) = (-0.1, 1.1)
-
-and the L0 penalty is the expected number of open gates (official ``ConcreteGate.get_penalty``):
-
-    P(g_h > 0) = sigmoid(log_a - beta * log(-gamma / zeta))     (clipped to [eps, 1 - eps] as in the official code)
-    loss = cross-entropy + lambda * R,   R = sum over heads of P(open)      (``penalty_reduction="sum"``)
-
-At test time the gate is deterministic, ``g = clip(sigmoid(log_a) * (zeta - gamma) + gamma, 0, 1)`` (official
-``get_gates(is_train=False)``); a head is pruned when that gate is exactly 0 (Voita: the heads that are "dead";
-``selection="closed"``).
-
-Choices (shared/reference/methods.md §5), each a named option:
-
-* ``penalty_reduction`` -- ``"sum"`` (default): R summed over every head of every layer, as in the BERT port of
-  the DSP repository (``modeling_gated_bert.py`` adds each layer's ``l0_penalty * sum p_open``), whose lambda
-  (0.0015, README BERT/MNLI command) is the default ``l0_lambda``. ``"mean"``: per-layer sums averaged over the
-  layers, as in the official TF code (``problems/concrete.py``: ``tf.reduce_mean`` of the collection); the same
-  training as "sum" with lambda divided by the number of layers.
-* ``joint`` -- True (default): every parameter trains with the gates, as in Voita et al.'s procedure (continue
-  training a converged model with gates) and the DSP repository's BERT command; the result then carries the
-  re-trained model (``retrained=True``), which the runner evaluates as the separate row "voita, own fine-tuning"
-  (its mask alone is applied to the shared base weights in every other condition). False: only ``log_a`` trains,
-  the base model frozen (the DSP port's ``run_voita.py`` default): a named variant.
-* ``fold_gates`` -- True (default): Voita's network at test time multiplies each head by its deterministic gate,
-  which may be fractional; the returned re-trained model has those gate values folded into its value rows
-  (:func:`headprune_bench.methods.heads.scale_value_heads`, exact), so evaluated with the 0/1 mask it is that network (a head
-  reopened by the completion to K, gate 0, stays whole). The trace
-  counts the kept heads whose gate is fractional (``fractional_gates``): on the base weights the mask keeps them
-  whole.
-* ``selection`` -- how the final mask is read from the gates: ``"closed"`` (default, Voita: prune the heads whose
-  deterministic gate is 0), ``"threshold"`` (prune gates <= 0.5; the DSP port's ``convert_gate_to_mask``), or
-  ``"topk"`` (prune the ``context.target_heads`` heads of lowest ``log_a``; the DSP port's ``--num_of_heads``
-  option, a deviation from Voita that gives matched budgets; ranking by ``log_a`` rather than by the clipped gate
-  breaks the ties among gates saturated at 0 or 1 in the same order as the un-clipped gate).
-* Budget: with ``context.target_heads = K`` and selection "closed"/"threshold", lambda is searched (Voita controls
-  the count only through lambda, README of the-story-of-heads): a first run at ``l0_lambda``; while the count is
-  on one side of K, lambda is multiplied (too few pruned) or divided (too many) by ``search_factor``; once K is
-  bracketed, the next lambda is the geometric mean of the bracket. At most ``search_runs`` runs, every run from
-  the same base model with the same seeded noise, data order and dropout (only lambda differs). The run whose
-  count is nearest to K wins (the earliest on ties). The trace records every run, the achieved count and how it
-  was reached. The search alone does not guarantee K; with ``exact`` (default True) the kept run's count is then
-  completed to exactly K by the rank of ``log_a`` (the tie-break of the DSP port's top-K: the K lowest ``log_a``
-  are pruned; since "closed" prunes exactly the heads with ``log_a`` at or below the cutoff, this adds the
-  next-lowest heads when the search pruned too few and reopens the closed heads of highest ``log_a`` when it
-  pruned too many), and the trace says how many the search itself pruned (``search_pruned``). Every comparison of
-  the report then pairs equal counts (protocol §3). ``exact=False`` keeps the search's count (``exact_budget`` is
-  False for that variant). With ``selection="topk"`` the result always prunes exactly K heads. Without a target
-  the method runs once at ``l0_lambda`` and decides the count itself (it can then set a matched budget).
-
-Training [INFERRED where the sources are silent; the loop is shared with DSP, :mod:`headprune_bench.methods.gates`]: a deep copy
-of the base model, in train mode (dropout on, as in the official Trainer), on ``mini_train`` batches (shuffled,
-seeded); AdamW (betas 0.9/0.999, eps 1e-8) with the gates in their own group at ``gate_lr`` (0.1, the DSP port's
-``--pruning_lr``) and, when joint, the model at ``lr`` (2e-5); linear decay of both learning rates to 0 without
-warm-up (the HF Trainer default the port relies on); gradient-norm clipping at 1.0 over every trained parameter,
-gates included (HF Trainer). ``log_a`` starts xavier-uniform as in the port (``U(+-sqrt(6 / (H + 1)))`` for its
-``[1, H, 1, 1]`` tensor, so gates start about half open). Early stopping (Voita trains to convergence, stopped by hand): every ``1/evals_per_epoch`` epoch the
-regularised objective (mean cross-entropy on ``mini_dev`` with deterministic gates + lambda * R) is computed; the
-best state is kept and training stops after ``patience`` evaluations without improvement. The objective, rather
-than accuracy, is the criterion because accuracy alone would always prefer the least pruned state. Voita et al.
-train until the gates are (nearly) binary; so only a state whose gates are nearly binary (at most ``binary_share``
-of them fractional, [OURS: the 5% default]) may stop a run or be kept over another such state; a run that ends
-without one keeps its best state, and its trace says ``nearly_binary: false`` with a warning to raise ``epochs``
-(the step budget, not the criterion, then decided).
-
-Step budget [OURS, a diagnostic]: Adam moves ``log_a`` by about ``gate_lr`` per step whatever lambda is, so a short
-run can leave gates unable to reach the selection's cutoff (the pitfall "gates that never close if the training
-is too short", shared/reference/methods.md §5.4). Each trace gives ``travel`` (:func:`max_travel` up to the kept
-step), ``cutoff`` (:func:`prune_threshold`) and ``closable_heads`` (heads whose initial ``log_a`` is within
-``travel`` of the cutoff), with a warning when fewer than all heads can close.
-
-Every random draw (gate init, gate noise, data order, dropout) derives from ``context.seed``; the global RNG state
-of the caller is restored afterwards.
-"""
+"""Hard-concrete (L0) head gates (Voita, Talbot, Moiseev, Sennrich, Titov, ACL 2019, §6; gates of Louizos, Welling,
+Kingma, ICLR 2018), after lena-voita/the-story-of-heads ``lib/layers/concrete_gate.py``. The gate: docs/heads.md
+("Hard-concrete gates"); training, budget and choices: docs/methods.md ("Voita et al. 2019")."""
 from __future__ import annotations
 
 import math
@@ -122,20 +39,15 @@ from headprune_bench.methods.heads import HeadMask, scale_value_heads
 from headprune_bench.methods.options import Interval
 from headprune_bench.methods.registry import register
 
-# --------------------------------------------------------------------------------------------- training
-
 
 @torch.no_grad()
 def dev_objective(work: nn.Module, context: PruningContext, heads: HeadMask, log_a: torch.Tensor, lam: float,
                   options: dict[str, Any]) -> dict[str, float]:
-    """The early-stopping criterion (module docstring, "Training" [INFERRED]): the regularised objective on
-    ``mini_dev`` with the deterministic gates, ``mean cross-entropy + lam * R``.
+    """The early-stopping criterion: ``mean cross-entropy + lam * R`` on ``mini_dev`` with the deterministic gates.
 
     Args:
-        work: the model under training; in eval mode (no dropout) for the pass, back in train mode afterwards.
-        context: gives the ``mini_dev`` batches and ``compute_metrics``.
-        heads: ``work``'s head mask, set here to the deterministic gates (the next training step sets its own).
-        log_a: ``[L, H]`` gate parameters. lam: the L0 coefficient lambda. options: the method's options.
+        work: the model under training; in eval mode for the pass, back in train mode afterwards.
+        heads: ``work``'s head mask, set here to the deterministic gates. log_a: ``[L, H]`` gate parameters.
 
     Returns:
         ``{"ce": mean cross-entropy (nats per example), "objective": ce + lam * R}``, plus the primary metric when
@@ -162,24 +74,14 @@ def dev_objective(work: nn.Module, context: PruningContext, heads: HeadMask, log
 
 def train_gates(model: nn.Module, context: PruningContext, options: dict[str, Any], lam: float,
                 salt: int = 0) -> dict[str, Any]:
-    """One gate-training run at penalty ``lam`` on a deep copy of ``model``: the shared loop
-    (:func:`headprune_bench.methods.gates.run_gate_training`) with hard-concrete samples (:func:`sample_gates`), the objective
-    ``cross-entropy + lam * R`` (:func:`l0_penalty`) and, with ``early_stopping``, the best state by
-    :func:`dev_objective` (:class:`headprune_bench.methods.gates.EarlyStopping`; its history also records ``closed``, the number of
-    deterministic gates at 0).
-
-    Args:
-        model: the base model (left untouched).
-        context: gives ``mini_train`` / ``mini_dev`` batches, the seed and the device.
-        options: the method's options (see :class:`VoitaPruner`).
-        lam: the L0 coefficient lambda.
-        salt: stream of the seeded randomness (the lambda search reuses the same salt for every run).
+    """One gate-training run at penalty ``lam`` on a deep copy of ``model`` (left untouched): hard-concrete gates,
+    objective ``cross-entropy + lam * R``, and with ``early_stopping`` the best state by :func:`dev_objective`.
+    ``salt`` picks the stream of seeded randomness (the lambda search uses one salt for every run).
 
     Returns:
-        ``{"log_a": [L, H] float32 CPU, "model": the trained copy (eval mode; hooks removed), "steps": int,
-        "stopped_early": bool, "nearly_binary": bool (the kept gates meet ``binary_share``), "best_objective":
-        float | None, "history": [...] (each evaluation also counts ``fractional`` gates), and from :func:`_reach`
-        "planned_steps", "kept_step", "max_travel", "travel", "cutoff", "closable"}``.
+        ``{"log_a": [L, H] float32 CPU, "model": the trained copy (eval mode), "steps", "stopped_early",
+        "nearly_binary" (the kept gates meet ``binary_share``), "best_objective" (float | None), "history" (each
+        evaluation counts ``closed`` and ``fractional`` gates), and :func:`_reach`'s fields}``.
 
     Raises:
         ValueError: empty ``mini_train``.
@@ -230,10 +132,8 @@ def train_gates(model: nn.Module, context: PruningContext, options: dict[str, An
 
 
 def _reach(init: torch.Tensor, opts: dict[str, Any], planned: int, taken: int) -> dict[str, Any]:
-    """Which heads the step budget lets the selection prune: ``planned_steps``, ``kept_step`` (the step whose gates
-    are kept), ``max_travel`` (over the planned steps) and ``travel`` (up to the kept step), ``cutoff`` (see
-    :func:`prune_threshold`; the closed-gate level for "topk") and ``closable`` (heads whose initial ``log_a`` lies
-    within ``travel`` of it)."""
+    """``planned_steps``, ``kept_step``, ``max_travel`` / ``travel`` (over the plan / up to the kept step),
+    ``cutoff`` and ``closable``: heads whose initial ``log_a`` lies within ``travel`` of the cutoff."""
     cutoff = prune_threshold(opts["selection"], opts["gamma"], opts["zeta"])
     if cutoff is None:
         cutoff = close_threshold(opts["gamma"], opts["zeta"])
@@ -243,42 +143,24 @@ def _reach(init: torch.Tensor, opts: dict[str, Any], planned: int, taken: int) -
             "cutoff": cutoff, "closable": int((init.double() - travel <= cutoff).sum())}
 
 
-# --------------------------------------------------------------------------------------------- the method
-
 
 @register
 class VoitaPruner(HeadPruner):
     """Learn hard-concrete L0 head gates and prune the closed ones (Voita et al. 2019 §6; Louizos et al. 2018).
 
-    Options (defaults; see the module docstring for sources):
-        l0_lambda (float, 0.0015): lambda; the DSP port's BERT value (with ``penalty_reduction="sum"``). The
-            original code's note: "YOU HAVE TO SET THIS AGAIN FOR EACH EXPERIMENT".
-        penalty_reduction (str, "sum"): "sum" over all heads (BERT port) or "mean" over layers (official TF).
-        beta (float, 0.33), gamma (float, -0.1), zeta (float, 1.1), eps (float, 1e-6): gate constants.
-        joint (bool, True): also train the model's parameters (then ``retrained=True``), as Voita et al. did.
-        gate_lr (float, 0.1): lr of ``log_a``. lr (float, 2e-5): lr of the model when joint.
-        weight_decay (float, 0.0): of the model parameters when joint (the port's optimizer has none).
-        max_grad_norm (float, 1.0): clipping (0 = none). linear_decay (bool, True): lr decays linearly to 0.
-        epochs (float, 3.0): maximum epochs over ``mini_train`` per run (the port's 3 epochs).
-        max_steps (int, 0): cap on optimiser steps per run (0 = none), to size CPU runs.
-        batch_size (int, 32).
-        early_stopping (bool, True), evals_per_epoch (int, 2), patience (int, 2): on the mini_dev objective.
-        binary_share (float, 0.05): gates count as nearly binary when at most this share of them is fractional
-            (deterministic gate strictly between 0 and 1); early stopping waits for that, and keeps the best such
-            state (module docstring, "Training"). 1.0: stop on the objective alone.
-        selection (str, "closed"): "closed", "threshold" or "topk".
-        search_runs (int, 6): maximum runs of the lambda search (target given, selection closed/threshold).
-        search_factor (float, 10.0): lambda multiplier while K is not bracketed.
-        exact (bool, True): with a target and selection "closed"/"threshold", complete the search's count to exactly
-            K by the rank of ``log_a`` (module docstring, "Budget").
-        fold_gates (bool, True): when joint, multiply each kept head's value rows by its deterministic gate in the
-            returned model, so that model with the 0/1 mask is the gated network Voita evaluates at test time.
+    Options (sources and reasons: docs/methods.md, "Voita et al. 2019"):
+        l0_lambda (0.0015), penalty_reduction ("sum" or "mean"); beta (0.33), gamma (-0.1), zeta (1.1), eps (1e-6).
+        joint (True): train the model with the gates (``retrained=True``); fold_gates (True): fold the kept heads'
+            fractional test-time gates into the returned model's value rows.
+        gate_lr (0.1), lr (2e-5), weight_decay (0.0), max_grad_norm (1.0; 0 = none), linear_decay (True),
+            epochs (3.0), max_steps (0 = no cap), batch_size (32).
+        early_stopping (True), evals_per_epoch (2), patience (2): on :func:`dev_objective`; binary_share (0.05):
+            most fractional gates a kept state may have, as a share of all heads (1.0 = no demand).
+        selection ("closed", "threshold" or "topk"); search_runs (6), search_factor (10.0): the lambda search;
+            exact (True): complete the search's count to exactly K by the rank of ``log_a``.
 
-    Returns ``scores`` = trained ``log_a`` ``[L, H]`` (higher = more open); the trace carries every run, the
-    deterministic gates, the achieved count and how it was reached.
-
-    Raises:
-        OptionError: an option outside its declared constraint (at construction). ValueError: see :meth:`prune`.
+    ``scores`` = trained ``log_a`` ``[L, H]`` (higher = more open); the trace records every run, the deterministic
+    gates, the achieved count and how it was reached. Raises OptionError at construction for a bad option.
     """
 
     name = "voita"
@@ -308,8 +190,8 @@ class VoitaPruner(HeadPruner):
         return bool(self.options["joint"])
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Train gates and read the mask (module docstring, "Budget"): one run at ``l0_lambda`` without a target or
-        with ``selection="topk"``, else the lambda search (:meth:`lambda_search`).
+        """Train gates and read the mask: one run at ``l0_lambda`` without a target or with ``selection="topk"``,
+        else :meth:`lambda_search`.
 
         Raises:
             ValueError: a target outside ``[0, L*H]``; "topk" without a target; a lambda search with
@@ -359,12 +241,8 @@ class VoitaPruner(HeadPruner):
 
     def one_run(self, model: nn.Module, context: PruningContext, target: int | None, lam: float,
                 runs: list[dict[str, Any]]) -> dict[str, Any]:
-        """:func:`train_gates` at ``lam``, then the mask of :func:`select_heads`; appends the run's summary
-        (``lambda``, ``pruned``, ``steps``, ``stopped_early``, ``best_objective``, ``history``) to ``runs``.
-
-        Returns:
-            :func:`train_gates`'s dict plus ``"mask"`` (``[L, H]`` 0/1), ``"pruned"`` (int) and ``"lambda"``.
-        """
+        """:func:`train_gates` at ``lam`` and :func:`select_heads`; appends the run's summary to ``runs``. Returns
+        :func:`train_gates`'s dict plus ``"mask"`` (``[L, H]`` 0/1), ``"pruned"`` (int) and ``"lambda"``."""
         opts = self.options
         context.log(f"voita: training gates with lambda={lam:g}")
         res = train_gates(model, context, opts, lam, salt=0)
@@ -378,16 +256,10 @@ class VoitaPruner(HeadPruner):
 
     def lambda_search(self, model: nn.Module, context: PruningContext, target: int,
                       runs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
-        """The lambda search for ``target`` pruned heads (module docstring, "Budget"): multiply or divide lambda by
-        ``search_factor`` until the count brackets the target, then bisect geometrically; at most ``search_runs``
-        runs, stopping at an exact hit. Appends every run's summary to ``runs``.
-
-        Returns:
-            (the run nearest to the target, the earliest on ties; a sentence saying how it was reached).
-
-        Raises:
-            ValueError: ``l0_lambda`` is 0 (a multiplicative search cannot leave 0).
-        """
+        """Search lambda for ``target`` pruned heads: multiply or divide it by ``search_factor`` until the count
+        brackets the target, then bisect geometrically; at most ``search_runs`` runs, stopping at an exact hit.
+        Returns (the run nearest to the target, the earliest on ties; how it was reached). Raises ValueError:
+        ``l0_lambda`` is 0."""
         opts = self.options
         if opts["l0_lambda"] <= 0:
             raise ValueError("voita: the lambda search needs l0_lambda > 0")
@@ -412,8 +284,7 @@ class VoitaPruner(HeadPruner):
         return best, f"lambda search over {len(runs)} run(s): {reached} at lambda={best['lambda']:g}"
 
     def binary_report(self, gates: torch.Tensor, best: dict[str, Any], context: PruningContext) -> dict[str, Any]:
-        """``nearly_binary`` of the kept run (option ``binary_share``) and, when False, ``binary_warning`` (logged and
-        raised as a ``UserWarning``): how many gates are still fractional, and that ``epochs`` should grow."""
+        """``nearly_binary`` of the kept run and, when False, ``binary_warning`` (logged; also a ``UserWarning``)."""
         if best.get("nearly_binary", True):
             return {"nearly_binary": True}
         fractional = int(((gates > 0) & (gates < 1)).sum())
@@ -426,9 +297,8 @@ class VoitaPruner(HeadPruner):
         return {"nearly_binary": False, "binary_warning": message}
 
     def reach_report(self, best: dict[str, Any], context: PruningContext, target: int | None) -> dict[str, Any]:
-        """The kept run's step-budget diagnostic (module docstring, "Step budget" [OURS]): ``planned_steps``,
-        ``kept_step``, ``max_travel``, ``travel``, ``cutoff`` (``log_a`` units) and ``closable_heads``; ``warning``
-        (logged; a ``UserWarning`` when below ``target``) when not all heads could reach the cutoff (not topk)."""
+        """The kept run's step-budget diagnostic (:func:`_reach`; ``cutoff`` in ``log_a`` units) and, when some heads
+        cannot reach the cutoff, ``warning`` (logged; a ``UserWarning`` when fewer than ``target`` can)."""
         opts, total, selection = self.options, context.total_heads, self.options["selection"]
         reach = {"planned_steps": best["planned_steps"], "kept_step": best["kept_step"],
                  "max_travel": round(best["max_travel"], 6), "travel": round(best["travel"], 6),

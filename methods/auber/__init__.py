@@ -1,44 +1,6 @@
-"""AUBER: Automated BERT Regularization (Lee, Lee, Kang; arXiv 2009.14409; PLOS ONE 16(6):e0253241, 2021).
-
-A DQN agent prunes attention heads layer by layer ("dually greedy", paper §3.1): for each layer it learns, from
-rewards = 100 x the change of a mini-validation metric, which heads to prune one at a time and when to stop;
-the layer's greedy policy is applied, the model is fine-tuned on a mini-training split, and the next layer's
-state is computed from the fine-tuned model (paper §3.2, §3.4, Algorithm 1). The method decides how many heads
-to prune, so it can set the budget of the others (``--budget matched:auber``).
-
-Faithful to the paper and to the official code (snudatalab/AUBER@239091f; shared/reference/methods.md §1, read
-line by line); written from scratch. Modules: :mod:`~headprune_bench.methods.auber.state` (state vector),
-:mod:`~headprune_bench.methods.auber.dqn` (network, replay, epsilon-greedy, optimisation, one layer's episodes),
-:mod:`~headprune_bench.methods.auber.rewards` (fast in-process reward evaluation).
-
-Per layer ``l`` (bottom to top; ``reverse`` = top to bottom, the paper's AUBER-Reverse, §4.3.3):
-
-1. Redraw a seeded split of the whole train-derived pool (context split ``"train"``): each example goes to the
-   mini-dev with probability ``minidev_fraction`` (0.25), otherwise to the mini-train (code
-   ``utils.split_train``: ``random.uniform(0, 1) < 0.25`` per row, redrawn for every layer). Never the GLUE dev
-   split (the code prints dev scores; we do not read them at all).
-2. State ``s_l`` = softmax(z-score(per-head norm of the layer's value weights)), :mod:`headprune_bench.methods.auber.state`.
-3. ``episodes`` episodes of the DQN search with rewards on the mini-dev (forward only, head masks on the current
-   model, memoised per pruned set), :mod:`headprune_bench.methods.auber.dqn`.
-4. The greedy policy from ``s_l`` gives the layer's pruned heads; when there is at least one, fine-tune the
-   masked model on the mini-train (code: ``run_glue.py --do_train``, 3 epochs, batch 32, lr = ``-lr``; the
-   demo script uses 2e-6, the CLI default is 2e-5; the paper: "fine-tuned with a smaller learning rate").
-After the last layer: the final fine-tune with early stopping (paper §3.2 "When all layers are pruned by AUBER,
-the final model is fine-tuned with the entire training dataset with early stopping"; not in the code, see
-``final_finetune``).
-
-Paper/code discrepancies and the choice made (each is an option):
-
-* state norm: paper L1 (§3.3), code Frobenius/L2 -> ``norm="l1"`` default, ``"l2"`` = ``auber-l2``;
-* Q(stop): the paper calls the stop reward a hyper-parameter; the code gives stop reward 0 and overwrites Q(stop)
-  with 0.2 (never learned) -> ``stop_q=0.2``, ``learned_stop=False``;
-* final fine-tune with early stopping: paper only -> ``final_finetune=True``; its held-out slice, patience and lr
-  are not given (the numbers are lost from the paper text we have): a seeded ``final_holdout_fraction`` of the
-  pool, ``final_patience``, ``final_lr`` [INFERRED];
-* fine-tune recipe of the code (HF ``run_glue`` v3.5 Trainer defaults): AdamW, linear decay, no warmup, no
-  weight decay -> ``finetune_warmup_ratio=0``, ``finetune_weight_decay=0``;
-* episodes: code CLI default 1, demo and paper 150 -> ``episodes=150``.
-"""
+"""AUBER: Automated BERT Regularization (Lee, Lee, Kang; arXiv 2009.14409; PLOS ONE 16(6):e0253241, 2021), after
+the official code snudatalab/AUBER@239091f: a DQN prunes heads layer by layer with mini-dev rewards, each layer
+followed by a fine-tune (paper §3, Algorithm 1). See docs/methods.md ("AUBER (Lee et al. 2020)")."""
 from __future__ import annotations
 
 import copy
@@ -67,7 +29,7 @@ from headprune_bench.methods.registry import register
 
 __all__ = ["AuberPruner", "AuberAblation", "AuberQueryPruner", "AuberKeyPruner", "AuberL2Pruner", "AuberReversePruner"]
 
-# Salts of the context's seeded generators (independent streams per purpose and layer).
+# salts of the context's seeded generators: one stream per purpose (plus the layer)
 SALT_SPLIT, SALT_DQN, SALT_FINAL, SALT_NULL = 31_000, 32_000, 33_000, 34_000
 REWARD_CONTROLS = ("none", "shuffled-labels", "zero")
 
@@ -121,55 +83,28 @@ class _OverrideScorer:
 class AuberPruner(HeadPruner):
     """AUBER (Lee et al. 2020): layer-wise DQN head pruning with mini-dev rewards and per-layer fine-tuning.
 
-    Options (defaults: official code ``snudatalab/AUBER@239091f`` / paper arXiv 2009.14409; methods.md §1):
-        episodes (int, 150): episodes per layer (``script/demo.sh -num_episodes 150``; CLI default 1).
-        state (str, "value"): projection whose per-head norms form the state: "value" (paper §3.3),
-            "query" / "key" (Table 3 AUBER-Query / AUBER-Key; code ``-state``).
-        norm (str, "l1"): "l1" (paper §3.3) or "l2" (the code's Frobenius norm; Table 3 AUBER-L2).
-        reverse (bool, False): process layers top to bottom (Table 3 AUBER-Reverse, §4.3.3).
-        minidev_fraction (float, 0.25): per-layer share of the pool drawn into the mini-dev (code
-            ``split_train``: ``x < 0.25``).
-        minidev_max_examples (int, 0): cap on the mini-dev actually scored, a seeded subset (0 = all). A sizing
-            knob for CPU runs; not in the paper.
-        minitrain_max_examples (int, 0): cap on the per-layer fine-tune's mini-train (0 = all). Sizing knob.
-        layer_finetune_epochs (float, 3.0): fine-tune epochs after a layer with pruned heads (code scripts
-            ``--num_train_epochs 3.0``); 0 skips it.
-        layer_finetune_lr (float, 2e-6): its learning rate (``demo.sh -lr 2e-6``; CLI default 2e-5; paper "a
-            smaller learning rate").
-        finetune_batch_size (int, 32): batch size of every fine-tune (``--per_gpu_train_batch_size 32``).
-        finetune_warmup_ratio (float, 0.0), finetune_weight_decay (float, 0.0): HF run_glue v3.5 Trainer
-            defaults used by the code (no warmup, no weight decay); the runner's recipe supplies the rest
-            (AdamW, linear decay, gradient clipping 1.0).
-        final_finetune (bool, True): after the last layer, fine-tune on the pool with early stopping (paper
-            §3.2; not in the code).
-        final_holdout_fraction (float, 0.1): seeded held-out slice of the pool for its early stopping
-            [INFERRED: the paper does not say what it stops on].
-        final_epochs (float, 3.0), final_lr (float, 2e-6), final_patience (int, 2), final_evals_per_epoch
-            (int, 2): the final fine-tune [INFERRED: the paper's values are not in the text we have].
-        hidden_size (int, 512), replay_capacity (int, 5000), dqn_batch_size (int, 128), gamma (float, 1.0),
-            dqn_lr (float, 0.03), dqn_momentum (float, 0.9), grad_clamp (float, 1.0), eps_start (float, 1.0),
-            eps_end (float, 0.05), eps_decay (float, 256.0), target_update (int, 35), stop_q (float, 0.2),
-            learned_stop (bool, False), pruned_q (float, -5.0), reward_scale (float, 100.0): the DQN, see
-            :class:`headprune_bench.methods.auber.dqn.DQNConfig` (code ``agent.py``, ``train.py``).
-        fast_rewards (bool, True): cached-prefix reward evaluation (:class:`headprune_bench.methods.auber.rewards.FastScorer`);
-            False = a full masked forward per reward. Both give the same decisions.
-        memoize (bool, True): memoise the score per pruned set within a layer (the code's ``transitions``).
-        reward_batch_size (int, 16): mini-dev examples per forward batch; the mini-dev is sorted by length, so
-            small batches of neighbours carry almost no padding (raise it on a GPU).
-        reward_control (str, "none"): [OURS] a null-reward control, to show how many heads AUBER prunes when its
-            rewards carry no information about the heads: "shuffled-labels" (each layer's mini-dev labels
-            permuted, seeded: rewards are the metric's noise around chance) or "zero" (every reward 0, the count
-            comes from the DQN's stop value alone). The per-layer and final fine-tunes keep the true labels. The
-            registered ablation ``auber-null`` runs "shuffled-labels"; the report prints its count beside AUBER's.
+    Options (sources and reasons: docs/methods.md, "AUBER (Lee et al. 2020)"):
+        episodes (150) per layer; state ("value", "query" or "key"), norm ("l1" or "l2"): the state's projection
+            and norm (§3.3); reverse (False): process the layers top to bottom (§4.3.3).
+        minidev_fraction (0.25): per-layer share of the train pool drawn into the mini-dev; minidev_max_examples,
+            minitrain_max_examples (0 = no cap): seeded caps, for CPU sizing.
+        layer_finetune_epochs (3.0; 0 = none), layer_finetune_lr (2e-6), finetune_batch_size (32),
+            finetune_warmup_ratio (0.0), finetune_weight_decay (0.0): the fine-tune after a layer with pruned heads.
+        final_finetune (True), final_holdout_fraction (0.1), final_epochs (3.0), final_lr (2e-6), final_patience
+            (2), final_evals_per_epoch (2): the final fine-tune, early-stopped on a held-out slice of the pool.
+        hidden_size, replay_capacity, dqn_batch_size, gamma, dqn_lr, dqn_momentum, grad_clamp, eps_start, eps_end,
+            eps_decay, target_update, stop_q, learned_stop, pruned_q, reward_scale: the
+            :class:`~headprune_bench.methods.auber.dqn.DQNConfig` fields (defaults there).
+        fast_rewards (True): cached-prefix rewards (same decisions as full forwards); memoize (True): one score per
+            pruned set and layer; reward_batch_size (16): mini-dev examples per forward.
+        reward_control ("none", "shuffled-labels" or "zero"): null-reward controls (ours; ``auber-null``).
 
-    Returns ``retrained=True`` with the fine-tuned model (a deep copy; the input model is untouched) when any
-    fine-tune ran, ``scores`` = each layer's initial state ``s_l`` (``[L, H]``, rows sum to 1; higher = larger
-    weight norm), and ``trace["layers"]``: per processed layer ``{"layer", "episodes", "rewards"`` (total reward
-    per episode) ``, "epsilon"`` (final) ``, "pruned", "minidev_before", "minidev_after",
-    "minidev_after_finetune", "seconds", "reward_evals", "cache_hits", ...}``.
+    Returns ``retrained=True`` with the fine-tuned copy when any fine-tune ran; ``scores`` = each layer's initial
+    state ``[L, H]`` (rows sum to 1); ``trace["layers"]``: one entry per layer (rewards, epsilon, pruned heads,
+    mini-dev metric before / after / after the fine-tune, seconds, reward evaluations, cache hits, ...).
 
     Raises:
-        ValueError: an option out of range (at construction).
+        OptionError: an option out of range (at construction).
     """
 
     name = "auber"
@@ -177,7 +112,8 @@ class AuberPruner(HeadPruner):
     conformance_options = {"episodes": 2, "final_finetune": False, "layer_finetune_epochs": 1.0}
     constraints = {
         "state": SOURCES, "norm": NORMS, "reward_control": REWARD_CONTROLS,
-        "minidev_fraction": Interval(0, 1, closed="neither"), "final_holdout_fraction": Interval(0, 1, closed="neither"),
+        "minidev_fraction": Interval(0, 1, closed="neither"),
+        "final_holdout_fraction": Interval(0, 1, closed="neither"),
         **{key: Interval(1, None) for key in ("hidden_size", "replay_capacity", "dqn_batch_size", "target_update",
                                               "reward_batch_size", "finetune_batch_size", "final_patience",
                                               "final_evals_per_epoch")},
@@ -211,11 +147,11 @@ class AuberPruner(HeadPruner):
         self._score_fn: ScoreFunction | None = None
 
     def changes_weights(self) -> bool:
-        """AUBER fine-tunes while it searches (per layer, paper §3.4) and at the end: True unless both are off."""
+        """True unless both the per-layer and the final fine-tune are off."""
         return bool(self.options["final_finetune"] or self.options["layer_finetune_epochs"] > 0)
 
     def check_options(self) -> None:
-        """The DQN's minibatch must fit in its replay buffer."""
+        """Raises OptionError: ``dqn_batch_size`` above ``replay_capacity``."""
         if self.options["dqn_batch_size"] > self.options["replay_capacity"]:
             raise OptionError(f"{self.name}: option dqn_batch_size ({self.options['dqn_batch_size']}) must not exceed "
                               f"replay_capacity ({self.options['replay_capacity']})")
@@ -227,8 +163,7 @@ class AuberPruner(HeadPruner):
         return self
 
     def dqn_config(self) -> DQNConfig:
-        """The :class:`~headprune_bench.methods.auber.dqn.DQNConfig` of the options (``dqn_batch_size`` -> ``batch_size``,
-        ``dqn_lr`` -> ``lr``, ``dqn_momentum`` -> ``momentum``; the other fields by name)."""
+        """The :class:`~headprune_bench.methods.auber.dqn.DQNConfig` of the options (``dqn_`` prefixes dropped)."""
         o = self.options
         return DQNConfig(hidden_size=o["hidden_size"], replay_capacity=o["replay_capacity"],
                          batch_size=o["dqn_batch_size"], gamma=o["gamma"], lr=o["dqn_lr"],
@@ -237,12 +172,9 @@ class AuberPruner(HeadPruner):
                          stop_q=o["stop_q"], learned_stop=o["learned_stop"], pruned_q=o["pruned_q"],
                          reward_scale=o["reward_scale"])
 
-    # ------------------------------------------------------------------ data splits
-
     def layer_split(self, context: PruningContext, pool_size: int, layer: int) -> tuple[list[int], list[int]]:
-        """(mini-dev, mini-train) indices of the pool for ``layer``: each example goes to the mini-dev with
-        probability ``minidev_fraction`` (seeded by the cell seed and the layer), then the optional caps (seeded
-        subsets). Both parts are non-empty when the pool has two or more examples."""
+        """(mini-dev, mini-train) pool indices for ``layer``: each example in the mini-dev with probability
+        ``minidev_fraction``, seeded per layer, then the caps; both non-empty for a pool of 2 or more."""
         o = self.options
         gen = context.generator(salt=SALT_SPLIT + layer)
         draws = torch.rand(pool_size, generator=gen)
@@ -267,16 +199,10 @@ class AuberPruner(HeadPruner):
         k = min(pool_size - 1, max(1, int(round(self.options["final_holdout_fraction"] * pool_size))))
         return sorted(perm[k:]), sorted(perm[:k])
 
-    # ------------------------------------------------------------------ rewards
-
     def _scorer(self, model: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
                 dev_idx: list[int]):
-        """The reward scorer of one layer, its kind ("override", "fast", "naive" or "context"; "+zero" /
-        "+shuffled-labels" under a ``reward_control``) and its mini-dev batches.
-
-        Raises:
-            ValueError: ``reward_control="shuffled-labels"`` with a scorer that has no labels to shuffle.
-        """
+        """(scorer, kind: "override", "fast", "naive" or "context", plus "+zero" / "+shuffled-labels", batches).
+        Raises ValueError: "shuffled-labels" with a scorer that has no labels."""
         scorer, kind, batches = self._reward_scorer(model, context, layer, mask, dev_idx)
         control = self.options["reward_control"]
         if control == "zero":
@@ -292,7 +218,7 @@ class AuberPruner(HeadPruner):
 
     def _reward_scorer(self, model: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
                        dev_idx: list[int]):
-        """The reward scorer of one layer on the true labels (see :meth:`_scorer`)."""
+        """:meth:`_scorer` on the true labels."""
         if self._score_fn is not None:
             return _OverrideScorer(self._score_fn, layer), "override", None
         if context.compute_metrics is None:
@@ -310,11 +236,8 @@ class AuberPruner(HeadPruner):
                 context.log(f"auber: fast rewards unavailable ({exc}); using full forward passes")
         return NaiveScorer(model, batches, layer, mask, metric), "naive", batches
 
-    # ------------------------------------------------------------------ the method
-
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Algorithm 1 of the paper (module docstring): every layer in turn (:meth:`prune_layer`), then the final
-        fine-tune (:meth:`final_finetune`). The input model is untouched (a deep copy is pruned and trained).
+        """Algorithm 1: every layer in turn (:meth:`prune_layer`), then :meth:`final_finetune`, on a deep copy.
 
         Raises:
             ValueError: the train pool has fewer than 2 examples (no mini-dev / mini-train split).
@@ -355,15 +278,9 @@ class AuberPruner(HeadPruner):
 
     def search_layer(self, work: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
                      state0: torch.Tensor, dev_idx: list[int], cfg: DQNConfig) -> dict[str, Any]:
-        """Steps 3-4 of the module docstring for ``layer``: the DQN episodes from ``state0`` (``[H]``) with memoised
-        mini-dev rewards (paper §3.4; code ``train.py``), then the greedy policy. The reward scorer and its cache
-        are released on return.
-
-        Returns:
-            ``{"chosen": pruned heads in pruning order, "before" / "after": the mini-dev metric without / with them,
-            "kind": the reward path, "batches" and "metric": for re-scoring after the fine-tune, "build_seconds",
-            and the search's trace fields "rewards", "epsilon", "evals", "hits", "steps", "optim_steps"}``.
-        """
+        """The DQN episodes for ``layer`` from ``state0`` (``[H]``) with memoised mini-dev rewards, then the greedy
+        policy (paper §3.4; code ``train.py``). Returns ``{"chosen": pruned heads in order, "before" / "after": the
+        mini-dev metric without / with them, "kind", "batches", "metric", "build_seconds", and the trace fields}``."""
         o = self.options
         scorer, kind, batches = self._scorer(work, context, layer, mask, dev_idx)
         memo = Memo(scorer, enabled=o["memoize"])
@@ -380,13 +297,9 @@ class AuberPruner(HeadPruner):
 
     def prune_layer(self, work: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
                     states: torch.Tensor, pool: int, cfg: DQNConfig) -> tuple[nn.Module, dict[str, Any], bool]:
-        """One layer of Algorithm 1 (steps 1-4 of the module docstring): the layer's split, its state, the search
-        (:meth:`search_layer`), and the fine-tune on the layer's mini-train when heads were pruned. Sets
-        ``mask[layer]`` (``[L, H]``, 0 = pruned) and ``states[layer]`` in place.
-
-        Returns:
-            (the model, fine-tuned or as given; the layer's entry of ``trace["layers"]``; whether it was fine-tuned).
-        """
+        """One layer: its split, state, search and, when heads were pruned, the fine-tune on its mini-train. Sets
+        ``mask[layer]`` (``[L, H]``, 0 = pruned) and ``states[layer]`` in place. Returns (the model, the layer's
+        ``trace["layers"]`` entry, whether it was fine-tuned)."""
         o = self.options
         start = time.perf_counter()
         dev_idx, train_idx = self.layer_split(context, pool, layer)
@@ -430,13 +343,8 @@ class AuberPruner(HeadPruner):
 
     def final_finetune(self, work: nn.Module, context: PruningContext, mask: torch.Tensor,
                        pool: int) -> tuple[nn.Module, dict[str, Any]]:
-        """The final fine-tune with early stopping (paper §3.2; not in the code): on the pool minus a seeded held-out
-        slice (:meth:`final_split`), early stopping on that slice [INFERRED], with ``mask`` held fixed.
-
-        Returns:
-            (the fine-tuned model in eval mode, ``trace["final_finetune"]``: ``ran``, ``train_examples``,
-            ``heldout_examples``, ``heldout_before`` / ``heldout_after`` (primary metric), ``seconds``).
-        """
+        """Fine-tune on the pool minus a seeded held-out slice, early-stopped on it, ``mask`` fixed (paper §3.2).
+        Returns (the model in eval mode, ``trace["final_finetune"]``: sizes, held-out metric before/after, seconds)."""
         o = self.options
         t_final = time.perf_counter()
         train_idx, held_idx = self.final_split(context, pool)
@@ -455,11 +363,8 @@ class AuberPruner(HeadPruner):
 
 
 class AuberAblation(AuberPruner):
-    """Base of AUBER's ablations (paper Table 3; not registered itself): ``ablation_of = "auber"`` (left out of
-    ``--methods all``, but for ``auber-null``, whose ``in_methods_all`` is True: a subclass of it inherits that), and
-    no report place or colour of its own (``None``), so the report derives them from AUBER's; the options given for
-    AUBER reach them too (the runner merges them; ``--option auber.X``). The ablations are defined from
-    :data:`ABLATIONS`."""
+    """Base of AUBER's ablations (not registered): report place and colour come from AUBER's, options given to AUBER
+    reach them too, and only ``auber-null`` is in ``--methods all``."""
 
     ablation_of = "auber"
     report_order = None
@@ -477,8 +382,7 @@ ABLATIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
 
 def _register_ablation(name: str, class_name: str, changes: dict[str, Any], what: str,
                        section: str, in_methods_all: bool | None = None) -> type[AuberAblation]:
-    """Define and register the ablation ``name``: an :class:`AuberAblation` whose defaults are AUBER's changed by
-    ``changes`` (``in_methods_all``: see :class:`~headprune_bench.methods.base.HeadPruner`)."""
+    """Register ``name``: an :class:`AuberAblation` with AUBER's defaults updated by ``changes``."""
     summary = f"AUBER ablation: {what}" + (" (paper Table 3)" if section.startswith("§") else "")
     namespace = {"__doc__": f"{summary}, {section}.", "__module__": __name__, "__qualname__": class_name,
                  "name": name, "summary": summary, "defaults": {**AuberPruner.defaults, **changes},

@@ -1,29 +1,6 @@
-"""AUBER's per-layer DQN search: Q-network, replay memory, epsilon-greedy actions, optimisation, episodes.
-
-Faithful to the official code (snudatalab/AUBER@239091f, ``src/lib/agent.py``, ``src/lib/memory.py``,
-``src/train.py``; read line by line in shared/reference/methods.md §1.1) and to the paper (arXiv 2009.14409,
-§3.2 and Algorithm 1). Written from scratch; every constant is a field of :class:`DQNConfig`.
-
-One layer's search (:class:`LayerSearch`), for a layer with H heads:
-
-* actions ``0..H-1`` prune head i, action ``H`` stops (paper §3.2 "Action"; the paper numbers them 1..H+1);
-* an episode starts from the unpruned layer's state ``s_l`` (:mod:`headprune_bench.methods.auber.state`); pruning head i sets
-  ``s[i] = 0`` (no renormalisation) and the reward is ``100 x (score(pruned set) - score(previous set))`` on the
-  mini-dev (paper Eq. 3, code ``(current_reward - prev_reward) * 100``); stop has reward 0 and no next state;
-  once H-1 heads are pruned the stop action is forced (code ``if episode_pruned_num != 11``: a layer keeps a
-  head);
-* every step (forced stops included) increments ``steps_done``; epsilon is
-  ``eps_end + (eps_start - eps_end) * exp(-steps_done / eps_decay)`` (code ``select_action``);
-* one optimisation step when an episode ends, none before the memory holds ``batch_size`` transitions (code
-  ``optimize_model``); the target network is copied from the policy after episode ``e`` (0-based) when
-  ``e % target_update == 0``, i.e. after the 1st, 36th, 71st, ... episode (code ``if e % TARGET_UPDATE == 0``);
-* after the episodes, a greedy pass from the unpruned state picks the layer's heads (code "VALIDATING": prune
-  while the best Q exceeds Q(stop), at most H-1).
-
-Rewards are requested per episode, after its actions are chosen: actions depend only on the state, the
-(fixed within an episode) policy net and the random draws, never on rewards, so scoring the episode's pruned sets
-together gives exactly the code's transitions while letting the scorer batch and memoise.
-"""
+"""AUBER's per-layer DQN search: Q-network, replay memory, epsilon-greedy actions, optimisation, episodes (paper
+§3.2, Algorithm 1; snudatalab/AUBER ``src/lib/agent.py``, ``src/lib/memory.py``, ``src/train.py``). See
+docs/methods.md ("AUBER (Lee et al. 2020)")."""
 from __future__ import annotations
 
 import math
@@ -39,23 +16,18 @@ ScoreMany = Callable[[Sequence[frozenset]], list]
 """``score_many(pruned_sets) -> [score, ...]``: the mini-dev metric with each set of this layer's heads pruned."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DQNConfig:
-    """Hyper-parameters of one layer's DQN search. Defaults: the official code (methods.md §1.1 table).
+    """Hyper-parameters of one layer's DQN search; the defaults are the official code's.
 
     Attributes:
-        hidden_size: width of the three hidden layers (``DQN(hidden1=hidden2=hidden3=512)``).
-        replay_capacity: replay memory size (``ReplayMemory(5000)``).
-        batch_size: transitions per optimisation step; no step before the memory holds this many (128).
-        gamma: discount (``GAMMA = 1.``).
-        lr, momentum: SGD (``optim.SGD(lr=0.03, momentum=0.9)``, hard-coded in train.py).
-        grad_clamp: gradients clamped to ``[-grad_clamp, grad_clamp]`` (``clamp_(-1, 1)``).
-        eps_start, eps_end, eps_decay: epsilon schedule (1.0, 0.05, 256 steps).
-        target_update: target network copied after episodes with ``e % target_update == 0`` (35).
-        stop_q: the fixed Q-value of the stop action (``out[:, 12] = 0.2``).
-        learned_stop: when True, Q(stop) is the network's output instead of ``stop_q`` (not in the code).
-        pruned_q: Q-value forced on already-pruned heads (``out[x_mask == 0] = -5``).
-        reward_scale: reward = ``reward_scale`` x change of the metric (``* 100``).
+        hidden_size: width of the three hidden layers. replay_capacity: replay memory size.
+        batch_size: transitions per optimisation step; no step before the memory holds this many.
+        gamma: discount. lr, momentum: SGD. grad_clamp: gradients clamped to ``[-grad_clamp, grad_clamp]``.
+        eps_start, eps_end, eps_decay: epsilon schedule (decay in steps, see :func:`epsilon`).
+        target_update: the target network is copied after episodes ``e`` (0-based) with ``e % target_update == 0``.
+        stop_q: the fixed Q-value of the stop action; learned_stop: use the network's output instead (ours).
+        pruned_q: Q-value forced on already-pruned heads. reward_scale: reward = scale x change of the metric.
     """
 
     hidden_size: int = 512
@@ -76,13 +48,8 @@ class DQNConfig:
 
 
 class QNetwork(nn.Module):
-    """The code's ``DQN``: ``H -> hidden -> hidden -> hidden -> H+1``, LeakyReLU (slope 0.01) after the first
-    three linear layers (paper §4.1 "4-layer feedforward network").
-
-    ``forward`` post-processes like the code: heads whose state entry is 0 (already pruned) get ``pruned_q``; the
-    stop action (last column) gets ``stop_q`` unless ``learned_stop``. Gradients do not flow into the overwritten
-    entries (as with the code's in-place assignment).
-    """
+    """The code's ``DQN``: ``H -> hidden -> hidden -> hidden -> H+1`` with LeakyReLU; pruned heads (state 0) get
+    ``pruned_q`` and the stop action (last column) ``stop_q`` unless ``learned_stop``, with no gradient."""
 
     def __init__(self, num_heads: int, hidden_size: int = 512, *, stop_q: float = 0.2, learned_stop: bool = False,
                  pruned_q: float = -5.0) -> None:
@@ -126,7 +93,7 @@ class ReplayMemory:
         self.position = 0
 
     def push(self, transition: Transition) -> None:
-        """Store ``transition``; when full, overwrite the oldest (the code's ``push``)."""
+        """Store ``transition``; when full, overwrite the oldest."""
         if len(self.memory) < self.capacity:
             self.memory.append(transition)
         else:
@@ -134,28 +101,23 @@ class ReplayMemory:
         self.position = (self.position + 1) % self.capacity
 
     def sample(self, k: int, rng: random.Random) -> list[Transition]:
-        """``k`` distinct stored transitions drawn uniformly by ``rng`` (``random.sample``, as the code).
-
-        Raises:
-            ValueError: ``k`` exceeds the number stored.
-        """
+        """``k`` distinct stored transitions drawn uniformly by ``rng``. Raises ValueError: ``k`` above ``len``."""
         return rng.sample(self.memory, k)
 
     def __len__(self) -> int:
         return len(self.memory)
 
 
-def epsilon(steps_done: int, cfg: DQNConfig = DQNConfig()) -> float:
+
+DEFAULT_CONFIG = DQNConfig()
+
+def epsilon(steps_done: int, cfg: DQNConfig = DEFAULT_CONFIG) -> float:
     """``eps_end + (eps_start - eps_end) * exp(-steps_done / eps_decay)`` (code ``select_action``)."""
     return cfg.eps_end + (cfg.eps_start - cfg.eps_end) * math.exp(-float(steps_done) / cfg.eps_decay)
 
 
 def greedy_action(net: QNetwork, state: torch.Tensor, pruned: Sequence[int] = ()) -> int:
-    """argmax of Q over the actions still allowed (unpruned heads and stop); the first index on ties.
-
-    With Q(stop) fixed above ``pruned_q`` (the code's 0.2 > -5) this is the code's ``net(state).max(1)[1]``;
-    excluding pruned heads explicitly only matters with ``learned_stop`` (a learned Q(stop) may fall below -5).
-    """
+    """argmax of Q over the actions still allowed (unpruned heads and stop); the first index on ties."""
     with torch.no_grad():
         q = net(state.unsqueeze(0))[0].clone()
     if pruned:
@@ -164,9 +126,9 @@ def greedy_action(net: QNetwork, state: torch.Tensor, pruned: Sequence[int] = ()
 
 
 def select_action(net: QNetwork, state: torch.Tensor, pruned: Sequence[int], steps_done: int, rng: random.Random,
-                  cfg: DQNConfig = DQNConfig()) -> int:
-    """Epsilon-greedy action (code ``select_action``): with probability ``1 - eps`` the greedy action, otherwise
-    uniform over the H+1 actions (stop included), redrawn while it names an already-pruned head."""
+                  cfg: DQNConfig = DEFAULT_CONFIG) -> int:
+    """Epsilon-greedy action: greedy with probability ``1 - eps``, else uniform over the H+1 actions (stop
+    included), redrawn while it names a pruned head (code ``select_action``)."""
     num_actions = net.num_heads + 1
     if rng.random() > epsilon(steps_done, cfg):
         return greedy_action(net, state, pruned)
@@ -177,14 +139,10 @@ def select_action(net: QNetwork, state: torch.Tensor, pruned: Sequence[int], ste
 
 
 def optimize(memory: ReplayMemory, policy: QNetwork, target: QNetwork, optimizer: torch.optim.Optimizer,
-             rng: random.Random, cfg: DQNConfig = DQNConfig()) -> float | None:
-    """One DQN step (code ``optimize_model``); returns the loss, or None when the memory holds fewer than
-    ``cfg.batch_size`` transitions (no update).
-
-    Huber loss (``smooth_l1_loss``, mean) between ``Q(s, a)`` and ``r + gamma * max_a' Q_target(s', a')``
-    (0 for terminal transitions); the target's max sees the same post-processing (pruned heads at ``pruned_q``,
-    stop at ``stop_q``). Gradients clamped elementwise to ``+-grad_clamp``; SGD step.
-    """
+             rng: random.Random, cfg: DQNConfig = DEFAULT_CONFIG) -> float | None:
+    """One step on the Huber loss between ``Q(s, a)`` and ``r + gamma * max_a' Q_target(s', a')`` (0 when
+    terminal), gradients clamped, SGD (code ``optimize_model``). Returns the loss, or None with fewer than
+    ``cfg.batch_size`` transitions stored (no update)."""
     if len(memory) < cfg.batch_size:
         return None
     batch = memory.sample(cfg.batch_size, rng)
@@ -222,24 +180,20 @@ class Episode:
 
 
 class LayerSearch:
-    """The DQN search of one layer: fresh policy/target networks, optimiser, replay memory, ``steps_done = 0``
-    (code ``train``: all re-created per layer).
+    """The DQN search of one layer, with fresh networks, optimiser and replay memory (code ``train``).
 
     Args:
-        initial_state: float32 ``[H]`` state of the unpruned layer (every entry > 0).
-        score_many: see :data:`ScoreMany`.
-        original_score: the mini-dev score with none of this layer's heads pruned (the code's
-            ``original_reward``, the ``prev_reward`` of every episode's first step).
-        cfg: :class:`DQNConfig`.
-        seed: seeds the networks' initialisation (in a forked torch RNG: the global RNG is left untouched) and
-            the ``random.Random`` of epsilon draws, random actions and replay sampling.
+        initial_state: float32 ``[H]`` state of the unpruned layer (every entry > 0, else ValueError).
+        original_score: the mini-dev score with none of this layer's heads pruned.
+        seed: seeds the networks' initialisation (the global torch RNG is left untouched) and the
+            ``random.Random`` of epsilon draws, random actions and replay sampling.
 
-    Attributes (after :meth:`run`): ``steps_done``, ``episodes`` (list of :class:`Episode`), ``target_syncs``
-    (0-based episode indices after which the target was updated), ``optim_steps``.
+    Attributes (after :meth:`run`): ``steps_done``, ``episodes`` (:class:`Episode` list), ``target_syncs``
+    (0-based episodes after which the target was updated), ``optim_steps``.
     """
 
     def __init__(self, initial_state: torch.Tensor, score_many: ScoreMany, original_score: float,
-                 cfg: DQNConfig = DQNConfig(), seed: int = 0) -> None:
+                 cfg: DQNConfig = DEFAULT_CONFIG, seed: int = 0) -> None:
         state = torch.as_tensor(initial_state, dtype=torch.float32).flatten().clone()
         if state.numel() < 1 or bool((state == 0).any()):
             raise ValueError("auber: the initial state must be non-empty with no zero entry (0 marks a pruned head)")
@@ -266,7 +220,7 @@ class LayerSearch:
 
     @property
     def epsilon(self) -> float:
-        """The exploration rate after ``steps_done`` steps, :func:`epsilon` (in [eps_end, eps_start])."""
+        """:func:`epsilon` after ``steps_done`` steps."""
         return epsilon(self.steps_done, self.cfg)
 
     def run_episode(self) -> Episode:
@@ -315,15 +269,13 @@ class LayerSearch:
         return episode
 
     def run(self, episodes: int) -> list[Episode]:
-        """Run ``episodes`` more episodes (:meth:`run_episode`; paper Algorithm 1, code ``train.py``); returns every
-        episode run so far."""
+        """Run ``episodes`` more episodes; returns every episode run so far."""
         for _ in range(episodes):
             self.run_episode()
         return self.episodes
 
     def greedy(self) -> list[int]:
-        """The learned policy acted greedily from the unpruned state: heads in the order pruned (code
-        "VALIDATING"; at most H-1)."""
+        """The greedy policy from the unpruned state: at most H-1 heads, in pruning order (code "VALIDATING")."""
         state = self.state0.clone()
         pruned: list[int] = []
         while len(pruned) < self.num_heads - 1:

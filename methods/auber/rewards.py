@@ -1,23 +1,6 @@
-"""AUBER's reward evaluation: the mini-dev metric of the current model with a head mask, forward only.
-
-The official code saves the model and runs a ``run_glue.py`` subprocess for every reward
-(``src/lib/reward.py``; shared/reference/methods.md §1.3-1.4). Here every reward is evaluated in-process with a
-head mask (the same function, methods.md §0.1), and:
-
-* :class:`Memo` keeps the score of each pruned set within a layer (the code's ``transitions`` dict): epsilon and
-  greedy paths revisit the same sets;
-* :class:`FastScorer` caches, once per layer ``l``, what does not depend on layer ``l``'s heads: the hidden
-  states entering layer ``l`` (heads already pruned in lower layers are baked in) and layer ``l``'s per-head
-  attention outputs (the head mask gates them after they are computed, before the output projection W_O).
-  A reward then runs: gate -> W_O + residual + LayerNorm -> feed-forward of layer ``l``, the full layers
-  ``l+1..L-2``, and the last layer for the [CLS] position only (its keys/values need every position, its query,
-  W_O, feed-forward and the pooler only [CLS]), then the pooler and classifier;
-* the mini-dev is batched by length (:func:`length_sorted_batches`: sorted, dynamically padded).
-
-:class:`NaiveScorer` is the plain way (a full masked forward per reward) used by ``fast_rewards=False`` and the
-speed benchmark; both give the same predictions (tests: logits equal within the rounding bound of
-``tests/tolerances.py``, in float64 and float32).
-"""
+"""AUBER's rewards: the mini-dev metric of the current model with a head mask, forward only and in-process (the
+official code runs ``run_glue.py`` per reward, ``src/lib/reward.py``). See docs/methods.md ("AUBER (Lee et al.
+2020)", "Rewards")."""
 from __future__ import annotations
 
 import math
@@ -38,16 +21,8 @@ MetricFn = Callable[[np.ndarray, np.ndarray], float]
 
 def length_sorted_batches(batches: Callable[..., Iterable[dict]], indices: Sequence[int], batch_size: int,
                           split: str = "train") -> list[dict[str, torch.Tensor]]:
-    """The examples ``indices`` of ``split`` as dynamically padded batches of similar length.
-
-    Args:
-        batches: the context's ``batches(split, batch_size=, indices=)``.
-        indices: example indices of ``split``.
-        batch_size: examples per batch.
-
-    Returns:
-        a list of batches (tensors on the context's device), examples sorted by length (stable).
-    """
+    """The examples ``indices`` of ``split`` as dynamically padded batches (tensors on the context's device), sorted
+    by length (stable); ``batches`` is the context's ``batches(split, batch_size=, indices=)``."""
     indices = [int(i) for i in indices]
     if not indices:
         return []
@@ -75,12 +50,9 @@ class Scorer:
     Args:
         model: a sequence classifier of a supported family (put in eval mode here).
         batches: mini-dev batches (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``).
-        layer: the layer whose heads vary.
         base_mask: ``[L, H]`` heads already pruned in the other layers (row ``layer`` is ignored).
-        metric: see :data:`MetricFn`.
 
-    Attributes:
-        evals: number of pruned sets evaluated (model forwards over the mini-dev).
+    ``evals`` counts the pruned sets evaluated (forwards over the mini-dev), ``seconds`` their time.
     """
 
     def __init__(self, model: nn.Module, batches: list[dict[str, torch.Tensor]], layer: int,
@@ -100,8 +72,7 @@ class Scorer:
         raise NotImplementedError
 
     def score(self, pruned: Iterable[int]) -> float:
-        """The metric (:data:`MetricFn`, e.g. accuracy in [0, 1]) of the mini-dev predictions with the layer's
-        ``pruned`` heads masked (and the other layers' heads of ``base_mask``)."""
+        """The metric (e.g. accuracy in [0, 1]) of the mini-dev with the layer's ``pruned`` heads masked."""
         start = time.perf_counter()
         preds = self.logits(pruned).argmax(dim=-1).cpu().numpy()
         value = float(self.metric(preds, self.labels))
@@ -115,11 +86,11 @@ class Scorer:
 
 
 class NaiveScorer(Scorer):
-    """A full forward of the masked model per reward (the naive in-process way)."""
+    """A full forward of the masked model per reward."""
 
     @torch.inference_mode()
     def logits(self, pruned: Iterable[int]) -> torch.Tensor:
-        """Logits ``[N, C]`` from a full forward per batch with the head mask applied (:meth:`Scorer.logits`)."""
+        """Logits ``[N, C]`` from a full masked forward per batch."""
         mask = layer_mask(self.base_mask, self.layer, pruned)
         device = next(self.model.parameters()).device
         out = []
@@ -130,29 +101,23 @@ class NaiveScorer(Scorer):
 
 
 class FastScorerUnsupported(RuntimeError):
-    """The model's structure is not the one :class:`FastScorer` knows (the caller falls back to
-    :class:`NaiveScorer`)."""
+    """The model is not one :class:`FastScorer` knows (the caller falls back to :class:`NaiveScorer`)."""
 
 
 class _Captured(Exception):
-    """Raised by the capture hook to stop the forward pass once layer ``l``'s inputs are known."""
+    """Stops the forward pass once layer ``l``'s inputs are captured."""
 
 
 class FastScorer(Scorer):
-    """Cached-prefix scoring (see the module docstring). Built once per layer, after the previous layer's
-    fine-tune; any change to the model's weights invalidates it.
+    """Scoring from cached inputs and per-head outputs of layer ``l``; a change to the weights invalidates it.
 
     Args (besides :class:`Scorer`'s):
-        cls_only: compute the last layer for the [CLS] position only (needs eager or SDPA attention; turned off
-            otherwise).
-        check: compare with a full forward on the first batch at construction (unpruned layer) and raise
-            :class:`FastScorerUnsupported` when the logits differ by more than :meth:`rounding_tolerance`.
+        cls_only: the last layer for the [CLS] position only (eager or SDPA attention; off otherwise).
+        check: compare with a full forward on the first batch within :meth:`rounding_tolerance`.
 
     Raises:
-        FastScorerUnsupported: not a ``BertForSequenceClassification``-like model (BERT family, ``.classifier``
-            and a pooler), a decoder configuration, or a failed check. The other families (RoBERTa, XLM-R, ELECTRA,
-            DistilBERT, DeBERTa: no pooler in the encoder, other classifier heads) fail the first test and use
-            :class:`NaiveScorer`.
+        FastScorerUnsupported: not a BERT-family classifier with a pooler and ``.classifier``, a decoder, or a
+            failed check.
     """
 
     def __init__(self, model: nn.Module, batches: list[dict[str, torch.Tensor]], layer: int,
@@ -182,7 +147,7 @@ class FastScorer(Scorer):
             with apply_head_mask(model, capture_mask.to(device)):
                 inputs = [self._capture(b) for b in batches]
             last = self.num_layers - 1
-            for (hidden, attn), batch in zip(inputs, batches):
+            for hidden, attn in inputs:
                 if self.layer == last and self.cls_only:
                     ctx, resid = self._cls_attention(self.layers[self.layer], hidden, attn), hidden[:, :1]
                 else:
@@ -195,7 +160,7 @@ class FastScorer(Scorer):
     # ------------------------------------------------------------------ construction helpers
 
     def _capture(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
-        """Hidden states entering layer ``l`` and the attention-mask argument the encoder passes to it."""
+        """(hidden states entering layer ``l``, the attention-mask argument the encoder passes to it)."""
         store: dict[str, Any] = {}
 
         def hook(module, args, kwargs):
@@ -230,14 +195,8 @@ class FastScorer(Scorer):
                                         f"(rounding allows {tol:.3g})")
 
     def rounding_tolerance(self, logits: torch.Tensor, tokens: int) -> float:
-        """How far the fast logits may be from a full forward's by rounding alone, on any CPU or GPU kernel:
-        ``2 * 8 * u * sqrt(N) * max(1, max|logit|)``. ``u`` is the unit roundoff of the logits' dtype (2**-24 in
-        float32), ``N`` the summed reduction lengths along one path through the encoder (per layer ``7h + i + d +
-        2T``; Higham & Mary 2019's probabilistic bound ``lambda sqrt(N) u``, lambda = 8, twice for two
-        computations), the scale at least 1 because the hidden states the errors are relative to are O(1) after
-        LayerNorm. MiniLM, float32, 64 tokens: ~1.6e-4 per unit of logit (the fixed 1e-4 used before was below
-        what rounding allows for logits above ~0.6, so another CPU's kernels could trip it and fall back to the slow
-        scorer); a wrong gate moves logits by 1e-2 or more."""
+        """Largest rounding gap between fast and full logits, ``2 * 8 * u * sqrt(N) * max(1, max|logit|)``: ``u``
+        the dtype's unit roundoff, ``N`` the summed reduction lengths (Higham & Mary 2019)."""
         config = self.layout.config
         h, i = config.hidden_size, config.intermediate_size
         terms = 4 * h + self.num_layers * (7 * h + i + self.head_size + 2 * tokens)
@@ -249,16 +208,14 @@ class FastScorer(Scorer):
 
     def _gated_tail(self, layer_module: nn.Module, ctx: torch.Tensor, resid: torch.Tensor,
                     gate: torch.Tensor) -> torch.Tensor:
-        """Head gate (as :func:`headprune_bench.methods.heads.apply_head_mask`: before W_O), W_O + residual + LayerNorm,
-        feed-forward."""
+        """Head gate before W_O, then W_O + residual + LayerNorm and the feed-forward."""
         shape = ctx.shape
         gated = (ctx.reshape(*shape[:-1], self.num_heads, self.head_size) * gate[:, None]).reshape(shape)
         attention_output = layer_module.attention.output(gated, resid)
         return layer_module.feed_forward_chunk(attention_output)
 
     def _cls_attention(self, layer_module: nn.Module, hidden: torch.Tensor, attn: Any) -> torch.Tensor:
-        """Self-attention output ``[B, 1, H*d]`` of the [CLS] query over every key (the model's own attention
-        function)."""
+        """Self-attention output ``[B, 1, H*d]`` of the [CLS] query over every key."""
         sa = layer_module.attention.self
         batch, tokens, _ = hidden.shape
         heads, size = self.num_heads, self.head_size
@@ -291,16 +248,14 @@ class FastScorer(Scorer):
 
     @torch.inference_mode()
     def logits(self, pruned: Iterable[int]) -> torch.Tensor:
-        """Logits ``[N, C]`` from the cached layer inputs and per-head outputs (module docstring), equal to
-        :class:`NaiveScorer`'s up to float rounding."""
+        """Logits ``[N, C]``, equal to :class:`NaiveScorer`'s up to float rounding."""
         mask = layer_mask(self.base_mask, self.layer, pruned)
         out = [self._batch_logits(i, mask) for i in range(len(self.cache))]
         return torch.cat(out) if out else torch.zeros(0)
 
 
 def _attention_interface(config) -> Callable | None:
-    """The model's attention function (eager or SDPA) for the [CLS]-only last layer, or None when another
-    implementation is configured (flash kernels take their masks differently)."""
+    """The eager or SDPA attention function for the [CLS]-only last layer; None for other implementations."""
     impl = getattr(config, "_attn_implementation", None) or "eager"
     if impl not in ("eager", "sdpa"):
         return None
@@ -319,14 +274,8 @@ def _attention_interface(config) -> Callable | None:
 
 
 class Memo:
-    """The score of each pruned set within one layer (the code's ``transitions`` dict, keyed by the pruned set).
-
-    Args:
-        scorer: anything with ``score_many(sets) -> [float]``.
-        enabled: when False every request is evaluated (the naive baseline of the speed benchmark).
-
-    Attributes:
-        evals: pruned sets evaluated by the scorer; hits: requests answered from the memo.
+    """The score of each pruned set within one layer (the code's ``transitions``), from ``scorer.score_many``;
+    ``enabled=False`` evaluates every request. ``evals``: sets evaluated; ``hits``: requests answered from the memo.
     """
 
     def __init__(self, scorer, enabled: bool = True) -> None:
@@ -337,8 +286,7 @@ class Memo:
         self.hits = 0
 
     def score_many(self, sets: Sequence[Iterable[int]]) -> list[float]:
-        """The score of each pruned set (order of the heads in a set does not matter); each set not seen before is
-        evaluated once, in one ``scorer.score_many`` call."""
+        """The score of each pruned set; the sets not seen before are evaluated in one ``scorer.score_many`` call."""
         keys = [frozenset(int(h) for h in s) for s in sets]
         if not self.enabled:
             self.evals += len(keys)
