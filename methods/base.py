@@ -1,18 +1,5 @@
-"""The one interface every head-pruning method implements.
-
-A method is a :class:`HeadPruner` subclass in one file of this package (or in a third-party package that
-registers it through the entry-point group ``headprune_bench.methods``). The runner hands it a fine-tuned model
-and a :class:`PruningContext`; it returns a :class:`PruningResult` whose ``mask`` is a float tensor
-``[num_layers, num_heads]`` with 1 = keep and 0 = prune.
-
-What a method may see is exactly what the context carries: the task's name and primary metric, the seed, the
-target number of heads (or ``None``), the train-derived splits (``mini_train``, ``mini_dev``; never the GLUE dev
-split, see ``shared/reference/protocol.md`` §2) as batch iterators, and callables to evaluate and fine-tune a
-masked model. A method never imports ``benchmark``.
-
-Design borrowed from scikit-learn estimators: the constructor only stores hyper-parameters (``options``), they
-are plain JSON values with documented defaults, and all the work happens in :meth:`HeadPruner.prune`.
-"""
+"""The interface every head-pruning method implements: :class:`HeadPruner`, its :class:`PruningContext` and
+:class:`PruningResult`, and mask helpers. See docs/heads.md ("The method interface")."""
 from __future__ import annotations
 
 import abc
@@ -36,8 +23,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 """The keys of a :data:`Batch` that the model's forward takes (``labels`` is left to the method)."""
 
 SPLITS = ("mini_train", "mini_dev", "train")
-"""Splits a method may read: ``train`` is the whole train-derived pool (= mini_train + mini_dev), for methods
-that draw their own held-out slices (AUBER redraws 25% / 75% per layer). Never the GLUE dev split."""
+"""Splits a method may read; ``train`` = mini_train + mini_dev (the train-derived pool). Never the GLUE dev split."""
 
 
 @dataclass
@@ -45,35 +31,23 @@ class PruningContext:
     """Everything a method may use besides the model (built by the runner, or by a test).
 
     Attributes:
-        task: GLUE task name (``"mrpc"``, ``"cola"``, ...). Methods must not branch on it except through
-            ``primary_metric``.
-        primary_metric: name of the metric that ``evaluate`` returns first and that rewards/early stopping use
-            (``"accuracy"``, or ``"matthews_correlation"`` for CoLA).
-        seed: the cell's seed; every random choice of the method derives from it.
-        num_layers, num_heads: the mask's shape ``[num_layers, num_heads]``.
-        target_heads: number of heads to prune (``None`` when the method decides itself, e.g. AUBER).
-        target_per_layer: optional per-layer counts (length ``num_layers``) for per-layer matched budgets.
-        batches: ``batches(split, batch_size=32, shuffle=False, seed=None, indices=None) -> Iterator[Batch]``
-            over ``"mini_train"``, ``"mini_dev"`` or ``"train"`` (see :data:`SPLITS`), optionally restricted to
-            the example ``indices`` of that split (in that order); dynamic padding; tensors on ``device``.
+        task, primary_metric: GLUE task name; the metric ``evaluate`` returns first (``"accuracy"``, or
+            ``"matthews_correlation"`` for CoLA). Branch on the metric, never on the task.
+        seed: the cell's seed, source of every random choice. num_layers, num_heads: the mask's ``[L, H]``.
+        target_heads: heads to prune, or ``None`` when the method decides. target_per_layer: optional ``[L]`` counts.
+        batches: ``batches(split, batch_size=32, shuffle=False, seed=None, indices=None) -> Iterator[Batch]`` over a
+            split of :data:`SPLITS` (optionally its example ``indices``, in order); tensors on ``device``.
         num_examples: ``num_examples(split) -> int``.
-        evaluate: ``evaluate(model, mask=None, split="mini_dev", indices=None) -> dict[str, float]`` of the
-            task's metrics (fractions; MCC in [-1, 1]), primary metric first; eval mode, no gradients; ``mask``
-            is a ``[L, H]`` head mask applied for the duration of the call.
+        evaluate: ``evaluate(model, mask=None, split="mini_dev", indices=None) -> dict[str, float]``, metrics as
+            fractions (MCC in [-1, 1]), primary first; eval mode, no gradients, ``[L, H]`` ``mask`` applied.
         fine_tune: ``fine_tune(model, mask=None, split="mini_train", indices=None, eval_split="mini_dev",
-            eval_indices=None, **overrides) -> nn.Module`` trains the model in place with the mask held fixed,
-            and returns it. ``overrides`` may set the fields of the runner's recovery recipe: ``epochs``, ``lr``,
-            ``batch_size``, ``early_stopping`` (bool; on ``eval_split``/``eval_indices``), ``patience``,
-            ``evals_per_epoch``, ``warmup_ratio``, ``weight_decay``.
-        compute_metrics: ``compute_metrics(predictions [N] int, labels [N] int) -> dict[str, float]``, the
-            task's GLUE metrics, for methods that compute predictions themselves (AUBER's fast rewards).
-        load_pretrained: ``load_pretrained() -> nn.Module``, the pre-trained (not fine-tuned) encoder with a
-            classification head, for zero-shot methods; ``None`` when the runner cannot provide it.
+            eval_indices=None, **overrides) -> nn.Module``, in place, mask fixed; ``overrides``: ``epochs``, ``lr``,
+            ``batch_size``, ``early_stopping``, ``patience``, ``evals_per_epoch``, ``warmup_ratio``, ``weight_decay``.
+        compute_metrics: ``compute_metrics(predictions [N] int, labels [N] int) -> dict[str, float]``.
+        load_pretrained: ``() -> nn.Module``, the pre-trained encoder with a classification head, or ``None``.
         tokenizer_info: ``{"vocab_size", "cls_token_id", "sep_token_id", "pad_token_id", "special_ids"}``.
-        device: the run's torch device.
-        count_backward: ``count_backward(n)``: a method that runs backward passes itself (outside
-            ``fine_tune``) reports the number of examples they covered, for the cost columns of the record.
-        log: ``log(message: str)``; goes to the run's log.
+        device: the run's device. log: ``log(message)``. count_backward: ``count_backward(n)``, examples of
+            backward passes run outside ``fine_tune``.
     """
 
     task: str
@@ -111,12 +85,9 @@ class PruningResult:
     """What a method returns.
 
     Attributes:
-        mask: float32 tensor ``[num_layers, num_heads]``, 1 = keep, 0 = prune (CPU or any device).
-        scores: optional per-head scores ``[num_layers, num_heads]`` (higher = more important), for reports.
-        retrained: True when the method changed the model's weights (AUBER, joint Voita/DSP); then ``model``
-            holds that model and the runner evaluates it with ``mask``.
-        model: the re-trained model, or None.
-        trace: JSON-serialisable details of the run (per-layer curves, lambda search, ...), stored in the record.
+        mask: float32 ``[L, H]``, 1 = keep, 0 = prune. scores: optional ``[L, H]`` (higher = more important).
+        retrained: True when the method changed the weights; ``model`` then holds them (else None).
+        trace: JSON-serialisable details of the run, stored in the record.
     """
 
     mask: torch.Tensor
@@ -132,45 +103,20 @@ class PruningResult:
 
 
 class HeadPruner(abc.ABC):
-    """Base class of every pruning method.
+    """Base class of every pruning method: set the class attributes, implement :meth:`prune`.
 
-    Subclasses set the class attributes and implement :meth:`prune`:
-
-    * ``name`` -- the registry name (lower-case, dashes allowed), e.g. ``"michel"``.
-    * ``summary`` -- one line for ``bench list`` (paper, what it scores).
-    * ``defaults`` -- ``{option: default}``; every option is a JSON scalar (or list of scalars). The
-      constructor accepts exactly these names, checks types against the defaults, and stores them.
-    * ``exact_budget`` -- True when the method prunes exactly ``context.target_heads`` heads (the conformance
-      check then asserts it); False for methods that decide the count (AUBER) or reach it approximately.
-    * ``needs_target`` -- True when the method cannot run without ``context.target_heads``.
-    * ``own_budget`` -- True when the method never reads ``context.target_heads`` and decides the count itself
-      (AUBER). The runner then keys its cells with budget ``own``: one cell per (task, seed) serves every budget
-      of a run folder (as the budget setter of ``matched:METHOD`` too) instead of recomputing the same search.
-    * ``reconstruction`` -- True when no official code exists and the implementation is a reconstruction.
-    * ``constraints`` -- ``{option: Interval(...) | tuple of allowed values}``: what each numeric or string
-      option may be, declared once (:mod:`headprune_bench.methods.options`) and checked by the constructor, so a bad value fails
-      before any work starts. Every int, float and str option needs one (the conformance check asserts it).
-    * ``choices`` -- older spelling of tuple constraints (``{option: allowed values}``); still honoured.
-    * ``ablation_of`` -- the name of the method this one is an ablation of (``--methods all`` leaves ablations
-      out unless ``in_methods_all`` says otherwise; name them explicitly).
-    * ``in_methods_all`` -- whether ``--methods all`` selects the method (:func:`headprune_bench.methods.registry.in_methods_all`);
-      ``None`` (the default): every method but the ablations. AUBER's null-reward control ``auber-null`` says
-      True: it is an ablation in code, but issue 13's headline prints its count beside AUBER's on every task.
-    * ``report_order`` -- where the reports list the method among the others (ascending; the built-ins use
-      10, 20, ... 70, leaving room in between); ``None`` (the default): after the ordered methods.
-    * ``report_color`` -- the method's colour in the report's plots, a ``"#RRGGBB"`` string (the built-ins: grey
-      for random, the Okabe-Ito colour-blind-safe palette for the others); ``None`` (the default): the report
-      picks one. An ablation (``ablation_of`` set) leaves both ``None``, also when it subclasses the method it
-      ablates: the report places and colours it from its ``ablation_of`` method.
-    * ``conformance_options`` -- ``{option: value}``: small settings under which the conformance check
-      (:func:`headprune_bench.methods.conformance.check_pruner`, run by the test suite over every registered method) finishes in a
-      few seconds on the check's tiny model (3 layers x 4 heads, 48 training examples), e.g. AUBER's
-      ``{"episodes": 2, "final_finetune": False, "layer_finetune_epochs": 1.0}``. Empty when the defaults are
-      already fast there. Each must be a valid option (the constructor checks them).
+    Class attributes (docs/heads.md, "Class attributes", says what each one changes):
+        name: registry name (lower case, dashes). summary: one line for ``bench list``.
+        defaults: ``{option: JSON default}``; the constructor accepts exactly these names and checks their types.
+        constraints: ``{option: Interval | tuple of allowed values}``, required for every int, float and str option
+            (``choices``: older spelling of tuple constraints).
+        exact_budget: prunes exactly ``context.target_heads``. needs_target: cannot run without it.
+        own_budget: never reads ``target_heads`` (one ``own`` cell per task and seed). reconstruction: no official code.
+        ablation_of, in_methods_all: ablation parent; whether ``--methods all`` selects it (None: not if ablation).
+        report_order, report_color: position and ``"#RRGGBB"`` in reports. conformance_options: fast check options.
 
     Raises:
-        OptionError: on an unknown option, a value whose type does not match the default's, a value outside its
-            declared constraint, or one that breaks a rule of :meth:`check_options`.
+        OptionError: unknown option, wrong type, value outside its constraint, or a broken :meth:`check_options` rule.
     """
 
     name: ClassVar[str] = ""
@@ -202,20 +148,9 @@ class HeadPruner(abc.ABC):
         self.check_options()
 
     def check_setup(self, num_layers: int, num_heads: int, target_heads: int | None, model_config: Any) -> None:
-        """Checks that need the model and the budget, run by the runner before any training.
-
-        Args:
-            num_layers, num_heads: the model's mask shape ``[L, H]``.
-            target_heads: the head count the method will be asked to prune, or None where it is only known later
-                (a matched budget) or the method decides it.
-            model_config: the model's Hugging Face config (e.g. ``max_position_embeddings``).
-
-        The default checks ``min_heads_per_layer``, for methods that have that option: at most ``H``, and the
-        target reachable while every layer keeps that many heads. Override (and call ``super()``) for more.
-
-        Raises:
-            OptionError: naming the option, the model's sizes and the target.
-        """
+        """Checks that need the model (``[L, H]`` = ``num_layers, num_heads``; its HF ``model_config``) and the
+        budget (``target_heads``, or None when not known yet), run before any training; the default checks the
+        option ``min_heads_per_layer``. Override and call ``super()``. Raises OptionError naming the option."""
         floor = self.options.get("min_heads_per_layer")
         if floor is None:
             return
@@ -227,19 +162,12 @@ class HeadPruner(abc.ABC):
                               f"{target_heads} of {num_layers * num_heads} heads while keeping {floor} in each of "
                               f"{num_layers} layers")
 
-    def check_options(self) -> None:
-        """Rules that tie several options together (e.g. a batch no larger than a buffer); runs at construction
-        after the per-option ``constraints``. Override and raise :class:`OptionError` naming the options."""
+    def check_options(self) -> None:  # noqa: B027 - an optional hook: no rule unless a method adds one
+        """Cross-option rules, run at construction after ``constraints``; raise :class:`OptionError`."""
 
     def changes_weights(self) -> bool:
-        """Whether :meth:`prune`, with these options, returns re-trained weights (``PruningResult.retrained``):
-        AUBER always; Voita and DSP when they train jointly. Default: False.
-
-        The runner applies every method's mask to the same base weights (prune-only, prune+recover); for a method
-        that changes weights it also evaluates the method's own weights, as the separate row "METHOD, own
-        fine-tuning" (condition ``own-fine-tuning``, protocol.md §4). The conformance check asserts that a method
-        returning ``retrained=True`` says so here.
-        """
+        """Whether :meth:`prune` with these options returns re-trained weights (``PruningResult.retrained``); the
+        runner then adds the condition ``own-fine-tuning`` (docs/protocol.md §4). Default: False."""
         return False
 
     def get_options(self) -> dict[str, Any]:
@@ -248,16 +176,8 @@ class HeadPruner(abc.ABC):
 
     @abc.abstractmethod
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
-        """Choose heads to prune.
-
-        Args:
-            model: the fine-tuned base model. A method that does not re-train must leave its weights untouched
-                (deep-copy before changing anything); the runner relies on it to reuse the base model.
-            context: see :class:`PruningContext`.
-
-        Returns:
-            A :class:`PruningResult` with a ``[num_layers, num_heads]`` mask.
-        """
+        """Choose heads to prune: a :class:`PruningResult` with an ``[L, H]`` mask. ``model`` (the fine-tuned base
+        model) must stay untouched unless the result says ``retrained``; ``context``: :class:`PruningContext`."""
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
@@ -265,8 +185,7 @@ class HeadPruner(abc.ABC):
 
 
 def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
-    """Check/convert ``value`` to the type of ``default`` (ints are accepted for floats; strings from the CLI
-    are parsed)."""
+    """``value`` as the type of ``default`` (an int passes for a float; a CLI string is parsed as JSON)."""
     if default is None or value is None:
         return value
     target = type(default)
@@ -274,7 +193,9 @@ def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise OptionError(f"option '{key}' of method '{method}': cannot parse {value!r} as {target.__name__}") from exc
+            raise OptionError(
+                f"option '{key}' of method '{method}': cannot parse {value!r} as {target.__name__}"
+            ) from exc
     if target is bool:
         if isinstance(value, bool):
             return value
@@ -298,8 +219,8 @@ def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:
 
 @contextlib.contextmanager
 def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
-    """Seed torch's global RNG (dropout) inside the block; the caller's RNG state (and the CUDA one of
-    ``device``) is restored afterwards, so a method's randomness depends on its seed only."""
+    """Seed torch's global RNG (dropout) inside the block; the caller's CPU (and ``device``'s CUDA) state is
+    restored afterwards."""
     devices = [device] if torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -307,11 +228,7 @@ def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
 
 
 def check_mask(mask: torch.Tensor, num_layers: int, num_heads: int, where: str = "mask") -> torch.Tensor:
-    """Validate a head mask and return it as a float32 CPU tensor ``[num_layers, num_heads]`` of 0/1.
-
-    Raises:
-        ValueError: wrong shape, or values other than 0 and 1.
-    """
+    """``mask`` as a float32 CPU ``[num_layers, num_heads]`` tensor of 0/1; ValueError: wrong shape or values."""
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"{where}: expected a torch.Tensor [{num_layers}, {num_heads}], got {type(mask).__name__}")
     if tuple(mask.shape) != (num_layers, num_heads):
@@ -324,21 +241,12 @@ def check_mask(mask: torch.Tensor, num_layers: int, num_heads: int, where: str =
 
 def lowest_k_mask(scores: torch.Tensor, k: int, min_heads_per_layer: int = 0,
                   already_pruned: torch.Tensor | None = None) -> torch.Tensor:
-    """Mask that prunes the ``k`` heads with the lowest ``scores`` (global ranking across layers).
-
-    Ties are broken by the flat index (layer-major), so the result is deterministic.
-
-    Args:
-        scores: ``[L, H]`` importance (higher = keep).
-        k: number of heads to prune in total (including ``already_pruned``), ``0 <= k <= L*H``.
-        min_heads_per_layer: never prune a head that would leave a layer with fewer kept heads.
-        already_pruned: optional ``[L, H]`` 0/1 mask of heads already pruned (kept pruned).
-
-    Returns:
-        float32 ``[L, H]`` mask with 1 = keep.
+    """Float32 ``[L, H]`` mask (1 = keep) that prunes the ``k`` heads of lowest ``scores`` (``[L, H]``, higher =
+    keep) in one global ranking, ties by flat index, ``k`` counting ``already_pruned`` (``[L, H]`` 0/1, kept
+    pruned), never leaving a layer under ``min_heads_per_layer``.
 
     Raises:
-        ValueError: ``k`` out of range or not reachable under ``min_heads_per_layer``.
+        ValueError: ``k`` outside ``[0, L*H]`` or not reachable under ``min_heads_per_layer``.
     """
     num_layers, num_heads = scores.shape
     total = num_layers * num_heads
@@ -348,9 +256,9 @@ def lowest_k_mask(scores: torch.Tensor, k: int, min_heads_per_layer: int = 0,
         raise ValueError(
             f"cannot prune {k} of {total} heads while keeping at least {min_heads_per_layer} head(s) per layer"
         )
-    mask = torch.ones(num_layers, num_heads) if already_pruned is None else already_pruned.detach().cpu().float().clone()
+    mask = (torch.ones(num_layers, num_heads) if already_pruned is None
+            else already_pruned.detach().cpu().float().clone())
     flat = scores.detach().cpu().double().flatten()
-    # stable sort: equal scores keep flat-index order
     order = torch.sort(flat, stable=True).indices.tolist()
     pruned = int((mask == 0).sum())
     for idx in order:
@@ -367,23 +275,11 @@ def lowest_k_mask(scores: torch.Tensor, k: int, min_heads_per_layer: int = 0,
 
 
 def apply_layer_floor(mask: torch.Tensor, scores: torch.Tensor | None, floor: int) -> tuple[torch.Tensor, dict]:
-    """A method's ``[L, H]`` mask moved to keep at least ``floor`` heads in every layer, with the same number of
-    heads pruned: the benchmark's per-layer floor (``bench run --min-heads-per-layer``), applied to every method's
-    mask alike after it prunes.
+    """A method's ``[L, H]`` mask moved so that every layer keeps ``floor`` heads, with as many heads pruned
+    (``bench run --min-heads-per-layer``; the rule: docs/heads.md, "The per-layer floor").
 
-    In each layer left with fewer than ``floor`` heads, the pruned heads of highest ``scores`` are restored until it
-    has ``floor``; as many heads are then pruned elsewhere, the kept heads of lowest ``scores`` first, never taking a
-    layer below ``floor`` and never a head just restored. For a method that prunes the lowest scores globally, this
-    equals :func:`lowest_k_mask` with ``min_heads_per_layer=floor`` (tested). Ties, and a method without scores
-    (``None``: every score equal), go by the flat index (layer-major): the lower index is pruned first and restored
-    last.
-
-    Args:
-        mask: ``[L, H]`` 0/1 (1 keep). scores: ``[L, H]`` (higher = keep) or None. floor: heads every layer keeps.
-
-    Returns:
-        (the new float32 ``[L, H]`` mask, ``{"restored": [[layer, head], ...], "pruned_instead": [[layer, head],
-        ...]}``; both lists empty when the mask already meets the floor).
+    ``mask``: ``[L, H]`` 0/1 (1 keep); ``scores``: ``[L, H]`` (higher = keep) or None (all equal). Returns (the new
+    float32 ``[L, H]`` mask, ``{"restored": [[layer, head], ...], "pruned_instead": [...]}``).
 
     Raises:
         ValueError: ``floor`` outside ``[0, H]``, or more heads pruned than the floor leaves room for.

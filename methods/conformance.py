@@ -1,32 +1,6 @@
-"""A reusable conformance check for :class:`~headprune_bench.methods.base.HeadPruner` implementations.
-
-Call :func:`check_pruner` from your own test when you add a method::
-
-    from headprune_bench.methods.conformance import check_pruner
-
-    def test_my_method_conforms():
-        check_pruner(MyPruner)                # or check_pruner("my-method", some_option=3)
-
-It builds a tiny random classifier (BERT by default; ``family=`` any of :data:`FAMILIES`) and a synthetic, self-contained :class:`PruningContext` (no GLUE files,
-no network), runs the method twice with the same seed and checks the contract:
-
-* the method is registered under its name and its options are JSON-serialisable and round-trip through the
-  constructor;
-* the mask is ``[L, H]``, only 0/1, and prunes exactly the target when ``exact_budget`` is True;
-* ``scores``, when given, are finite and ``[L, H]``;
-* the base model is untouched unless the method says it re-trained (then a model is returned);
-* the trace is JSON-serialisable;
-* the same context seed gives the same mask even when the global RNG differs between the runs; and the method never reads a split other than mini_train / mini_dev;
-* every int, float and str option has a declared constraint (``constraints``: an :class:`~headprune_bench.methods.options.Interval`
-  or a tuple of allowed values), the defaults satisfy them, and a value just outside each interval, or not among
-  the allowed values, is refused by the constructor with an :class:`~headprune_bench.methods.options.OptionError` naming the option
-  (:func:`check_option_constraints`).
-
-Raises ``AssertionError`` with a message naming the broken rule.
-
-The test suite also runs :func:`check_pruner` over every registered method (built-ins, ablations, entry points) with
-the class's ``conformance_options`` (small settings, see :class:`~headprune_bench.methods.base.HeadPruner`), so a registered method
-is checked even without a test of its own.
+"""A reusable conformance check for :class:`~headprune_bench.methods.base.HeadPruner` implementations: call
+:func:`check_pruner` from your own test (``check_pruner(MyPruner)`` or ``check_pruner("my-method", option=3)``).
+It raises ``AssertionError`` naming the broken rule. See docs/heads.md ("The conformance check") for the rules.
 """
 from __future__ import annotations
 
@@ -48,16 +22,12 @@ TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_he
 CLS, SEP, PAD = 1, 2, 0
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2")
-"""The ``model_type`` of each encoder family :func:`tiny_config` builds (one per layout adapter's model types)."""
+"""The ``model_type`` of each encoder family :func:`tiny_config` builds."""
 
 
 def tiny_config(family: str = "bert", **overrides: Any):
-    """The configuration of a tiny random sequence classifier of ``family`` (:data:`FAMILIES`): TINY's sizes
-    (3 layers x 4 heads, hidden 32) under each family's own field names, ``pad_token_id`` 0 (the synthetic
-    splits' padding), 2 labels; ``overrides`` replace any field. ELECTRA gets ``embedding_size`` 16 (its
-    embedding projection in use); DeBERTa-v2 is set up like v3 (relative attention c2p + p2c through shared
-    Q/K projections, position buckets, no absolute positions, no token types; ``share_att_key=False`` gives
-    v2's separate ``pos_key_proj`` / ``pos_query_proj``).
+    """The config of a tiny random classifier of ``family`` (3 layers x 4 heads, hidden 32, pad id 0, 2 labels;
+    DeBERTa-v2 set up like v3), ``overrides`` replacing any field (docs/heads.md, "The conformance check").
 
     Raises:
         ValueError: an unknown family (the message lists :data:`FAMILIES`).
@@ -87,8 +57,8 @@ def tiny_config(family: str = "bert", **overrides: Any):
 
 
 def tiny_model(seed: int = 0, family: str = "bert", **overrides: Any) -> nn.Module:
-    """A tiny random sequence classifier of ``family`` (:func:`tiny_config`; default a ``BertForSequenceClassification``
-    of 3 layers x 4 heads, hidden 32) in eval mode, weights drawn under ``seed``."""
+    """A tiny random sequence classifier of ``family`` (:func:`tiny_config`) in eval mode, weights drawn under
+    ``seed``."""
     from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
@@ -96,8 +66,7 @@ def tiny_model(seed: int = 0, family: str = "bert", **overrides: Any) -> nn.Modu
 
 
 def synthetic_split(n: int, seed: int, vocab_size: int = 64, max_len: int = 16) -> list[dict[str, torch.Tensor]]:
-    """``n`` examples of random token ids wrapped in [CLS] ... [SEP] with varying length; label = whether
-    token 5 occurs (learnable by attention). Each example: ``input_ids`` ``[T]`` and ``labels`` ``[]``."""
+    """``n`` random [CLS] ... [SEP] examples (``input_ids`` ``[T]``, ``labels`` ``[]``: whether token 5 occurs)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
@@ -131,12 +100,8 @@ def masked_logits(model: nn.Module, batch: dict[str, torch.Tensor], mask: torch.
 
 def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None = 3,
                       n_train: int = 48, n_dev: int = 24, family: str | None = None) -> PruningContext:
-    """A :class:`PruningContext` over synthetic splits, with simple evaluate / fine_tune callables;
-    ``load_pretrained`` gives a tiny model of ``family`` (default: the model's own ``model_type``) under another seed.
-
-    The context records every split name asked for in ``context.tokenizer_info["_splits_read"]`` (a list), so a
-    check can assert that only train-derived splits were read.
-    """
+    """A :class:`PruningContext` over synthetic splits with simple evaluate / fine_tune callables;
+    ``tokenizer_info["_splits_read"]`` lists every split asked for."""
     from headprune_bench.methods.heads import get_layout
 
     layout = get_layout(model)
@@ -208,8 +173,7 @@ def check_option_constraints(method: type[HeadPruner] | str) -> None:
     """Every numeric and string option of ``method`` has a declared constraint that the constructor enforces.
 
     Raises:
-        AssertionError: an option without a constraint, a default outside its own constraint, or a value outside
-            a constraint that the constructor accepts (or refuses with a message not naming the option).
+        AssertionError: an option without a constraint, or a value outside one accepted or refused without naming it.
     """
     cls = get_method_class(method) if isinstance(method, str) else method
     rules = {**{k: tuple(v) for k, v in cls.choices.items()}, **cls.constraints}
@@ -236,10 +200,8 @@ def check_option_constraints(method: type[HeadPruner] | str) -> None:
 
 def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: int = 0, family: str = "bert",
                  **options: Any) -> PruningResult:
-    """Run the conformance checks on a method (class or registered name) with ``options``, on a tiny model of
-    ``family`` (:data:`FAMILIES`; a method must run on every family through :mod:`headprune_bench.methods.heads` alone).
-
-    Returns the first run's :class:`PruningResult` (for further checks by the caller).
+    """Run the conformance checks on a method (class or registered name) with ``options``, twice, on a tiny model
+    of ``family`` (:data:`FAMILIES`). Returns the first run's :class:`PruningResult`.
 
     Raises:
         AssertionError: naming the rule that the method breaks.
@@ -261,8 +223,7 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
         model = tiny_model(seed=seed, family=family)
         before = _state(model)
         context = synthetic_context(model, seed=seed, target_heads=target_heads, family=family)
-        # Scramble the global RNGs: a method must derive its randomness from context.seed, not from whatever
-        # state the caller left behind.
+        # a method's randomness must come from context.seed, not the global RNG
         torch.manual_seed(9_000 + run)
         result = cls(**options).prune(model, context)
         assert isinstance(result, PruningResult), f"prune() returned {type(result).__name__}, not PruningResult"
@@ -284,7 +245,8 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
         else:
             after = _state(model)
             changed = [k for k in before if not torch.equal(before[k], after[k])]
-            assert not changed, f"method '{cls.name}' changed the base model's weights without retrained=True: {changed[:3]}"
+            assert not changed, (
+                f"method '{cls.name}' changed the base model's weights without retrained=True: {changed[:3]}")
         json.dumps(result.trace)
         assert set(context.tokenizer_info["_splits_read"]) <= set(SPLITS)
         results.append(result)

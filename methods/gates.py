@@ -1,24 +1,5 @@
 """The gate-training loop shared by the methods that learn head gates by gradient descent (Voita, DSP).
-
-Both methods train a tensor of per-head gate parameters (Voita: hard-concrete ``log_a``, :mod:`headprune_bench.methods.voita`;
-DSP: subset logits ``w``, :mod:`headprune_bench.methods.dsp`) on a deep copy of the fine-tuned model, with the same recipe: the
-HF Trainer defaults that both official codes run on (shared/reference/methods.md §5, §6), written once here:
-
-* AdamW (betas 0.9/0.999, eps 1e-8) with the gates in their own group (``gate_lr``, no weight decay) and, when
-  the model trains too, its parameters in a second group (``lr``, ``weight_decay``);
-* every learning rate decays linearly to 0 over the run's steps, without warm-up (or stays constant);
-* gradient-norm clipping over the gates and every trained parameter (``max_grad_norm``; 0 = none);
-* train mode (dropout on) under a seeded torch RNG, restored afterwards (:func:`headprune_bench.methods.base.seeded_torch_rng`);
-* ``mini_train`` batches reshuffled every epoch with a seed derived from ``context.seed``;
-* per step: a head mask from the caller's sampler, a masked forward (:func:`headprune_bench.methods.heads.apply_head_mask`), the
-  mean cross-entropy of the labels, the caller's objective, backward, clipping, optimiser and schedule steps, then
-  the caller's step callback (logging; early stopping with :class:`EarlyStopping`, which keeps the best state).
-
-What differs between the methods stays in their own files: how the mask is drawn from the gates (the caller's
-``sample_mask``), the objective (``objective``: Voita adds lambda times the L0 penalty), and what happens after a
-step (``on_step``: Voita's early stopping on mini_dev, DSP's loss curve). The loop adds no randomness of its own:
-every draw is the caller's (gate noise from the caller's generator) or seeded by :class:`GateRecipe`.
-"""
+See docs/heads.md ("Gate training")."""
 from __future__ import annotations
 
 import copy
@@ -38,19 +19,15 @@ __all__ = ["GateRecipe", "GateStep", "GateRun", "EarlyStopping", "plan_steps", "
 
 @dataclass(frozen=True)
 class GateRecipe:
-    """Optimisation settings of one gate-training run (see the module docstring for their sources).
+    """Optimisation settings of one gate-training run (docs/heads.md, "Gate training").
 
     Attributes:
-        batch_size: ``mini_train`` examples per step.
-        total_steps: optimiser steps of the run, >= 1 (from :func:`plan_steps`).
-        gate_lr: AdamW learning rate of the gate parameters (no weight decay).
-        lr: AdamW learning rate of the model's parameters, when they train.
-        weight_decay: AdamW weight decay of the model's parameters.
-        max_grad_norm: clip the global L2 gradient norm of gates + trained parameters to this (0 = no clipping).
-        linear_decay: every learning rate is multiplied by ``max(0, 1 - t / total_steps)`` after ``t`` steps
-            (no warm-up); False = constant.
-        torch_seed: seed of torch's global RNG (dropout) for the run.
-        order_offset: the batch order of epoch ``e`` is shuffled with seed ``context.seed * 1000 + e + order_offset``.
+        batch_size: ``mini_train`` examples per step. total_steps: optimiser steps, >= 1 (:func:`plan_steps`).
+        gate_lr: AdamW rate of the gates (no decay). lr, weight_decay: those of the model's trained parameters.
+        max_grad_norm: global L2 gradient-norm clip over gates + trained parameters (0 = none).
+        linear_decay: learning rates times ``max(0, 1 - t / total_steps)`` after ``t`` steps; False = constant.
+        torch_seed: seed of torch's global RNG (dropout).
+        order_offset: epoch ``e`` is shuffled with seed ``context.seed * 1000 + e + order_offset``.
     """
 
     batch_size: int
@@ -66,15 +43,9 @@ class GateRecipe:
 
 @dataclass
 class GateStep:
-    """What the loop hands to ``on_step`` after each optimiser step.
-
-    Attributes:
-        step: optimiser steps done so far (1 after the first).
-        ce: scalar tensor, mean cross-entropy (nats per example) of the step's batch under the sampled mask.
-        loss: scalar tensor, the objective that was minimised (``ce`` when the caller gave no objective).
-        heads: the :class:`~headprune_bench.methods.heads.HeadMask` on the trained model, so a callback can evaluate it with other
-            gates (e.g. deterministic ones); the next step sets its own sampled mask again.
-    """
+    """What ``on_step`` gets after each optimiser step: ``step`` (1 after the first), ``ce`` (scalar, mean
+    cross-entropy in nats per example under the sampled mask), ``loss`` (scalar objective) and ``heads`` (the
+    :class:`~headprune_bench.methods.heads.HeadMask` on the model, whose mask a callback may change)."""
 
     step: int
     ce: torch.Tensor
@@ -84,32 +55,19 @@ class GateStep:
 
 @dataclass
 class GateRun:
-    """How a run ended. Attributes: ``steps`` (optimiser steps taken), ``stopped_early`` (``on_step`` asked to
-    stop before ``total_steps``)."""
+    """How a run ended: ``steps`` taken, ``stopped_early`` (``on_step`` stopped it)."""
 
     steps: int
     stopped_early: bool
 
 
 class EarlyStopping:
-    """Early-stopping bookkeeping, an ``on_step`` callback of :func:`run_gate_training` (the criterion is the
-    caller's; Voita's is its mini_dev objective, :func:`headprune_bench.methods.voita.dev_objective`).
+    """Early stopping as an ``on_step`` callback of :func:`run_gate_training` (rules: docs/heads.md, "Gate training").
 
-    Every ``every`` steps and at the last step it calls ``evaluate(info) -> dict`` (which must hold
-    ``"objective"``, lower = better), appends ``{"step", "train_ce", **evaluate's values}`` (rounded to 6 digits) to
-    :attr:`history` and, on a new best objective, copies the gates (and, with ``keep_model``, the model's state
-    dict); it asks the loop to stop after ``patience`` evaluations in a row without improvement. :meth:`restore`
-    puts the best state back.
-
-    With ``eligible`` (a predicate on ``evaluate``'s values, e.g. Voita's "the gates are nearly binary"), only an
-    eligible evaluation can stop the loop or count towards ``patience``, and the first eligible state replaces any
-    ineligible best; until one is seen, the best ineligible state is kept (so :meth:`restore` always has one).
-
-    Attributes:
-        history: the evaluations, in order.
-        best_objective: the objective of the kept state (``inf`` before any evaluation); ``best_step``: its step;
-        best_eligible: whether the kept state is eligible (always True without ``eligible``, once one is kept).
-        best_state: ``{"gates": tensor, "model": state dict or None}``, ``None`` until an evaluation ran.
+    Every ``every`` steps and at the last it calls ``evaluate(info) -> dict`` (``"objective"``: lower = better),
+    appends to :attr:`history`, keeps the best gates (and model with ``keep_model``) in :attr:`best_state` (with
+    ``best_objective``, ``best_step``, ``best_eligible``), and stops after ``patience`` evaluations without
+    improvement (with ``eligible``: eligible ones only).
     """
 
     def __init__(self, work: nn.Module, gates: torch.Tensor, evaluate: Callable[[GateStep], dict[str, float]], *,
@@ -144,8 +102,7 @@ class EarlyStopping:
         self.best_state = {"gates": self.gates.detach().clone(), "model": model}
 
     def restore(self) -> None:
-        """Copy the best state back into the gates (and the model with ``keep_model``); nothing without an
-        evaluation."""
+        """Copy the best state back into the gates (and the model); nothing before an evaluation."""
         if self.best_state is None:
             return
         with torch.no_grad():
@@ -156,10 +113,8 @@ class EarlyStopping:
 
 def plan_steps(context: PruningContext, batch_size: int, epochs: float, max_steps: int,
                method: str) -> tuple[int, int]:
-    """Steps of a run over ``mini_train``: ``(steps_per_epoch, total_steps)``.
-
-    ``steps_per_epoch = ceil(N / batch_size)`` for ``N`` mini_train examples; ``total_steps = max(1,
-    round(epochs * steps_per_epoch))``, capped at ``max_steps`` when ``max_steps > 0``.
+    """``(steps_per_epoch, total_steps)`` over ``mini_train``: ``ceil(N / batch_size)`` and ``max(1, round(epochs *
+    steps_per_epoch))``, capped at ``max_steps`` when > 0.
 
     Raises:
         ValueError: ``mini_train`` is empty (the message starts with ``method``).
@@ -175,8 +130,7 @@ def plan_steps(context: PruningContext, batch_size: int, epochs: float, max_step
 
 
 def trainable_copy(model: nn.Module, train_model: bool) -> nn.Module:
-    """A deep copy of ``model`` (the base model stays untouched); with ``train_model=False`` every parameter of the
-    copy is frozen, so only the gates train. :func:`run_gate_training` unfreezes them again at the end."""
+    """A deep copy of ``model``, every parameter frozen unless ``train_model`` (:func:`run_gate_training` unfreezes)."""
     work = copy.deepcopy(model)
     if not train_model:
         for p in work.parameters():
@@ -186,7 +140,7 @@ def trainable_copy(model: nn.Module, train_model: bool) -> nn.Module:
 
 def _optimizer(gates: torch.Tensor, model_params: list[torch.Tensor],
                recipe: GateRecipe) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with the gate group first, then the model group when it has parameters; its linear-decay schedule."""
+    """AdamW (gate group, then model group if any) and its schedule."""
     groups = [{"params": [gates], "lr": recipe.gate_lr, "weight_decay": 0.0}]
     if model_params:
         groups.append({"params": model_params, "lr": recipe.lr, "weight_decay": recipe.weight_decay})
@@ -200,25 +154,18 @@ def run_gate_training(work: nn.Module, context: PruningContext, gates: torch.Ten
                       sample_mask: Callable[[int], torch.Tensor],
                       objective: Callable[[torch.Tensor], torch.Tensor] | None = None,
                       on_step: Callable[[GateStep], bool] | None = None) -> GateRun:
-    """Train ``gates`` (and the parameters of ``work`` that require grad) for ``recipe.total_steps`` steps.
+    """Train ``gates`` and the parameters of ``work`` that require grad for ``recipe.total_steps`` steps.
 
     Args:
-        work: the model to train through its head mask (from :func:`trainable_copy`); a classifier of a supported family (headprune_bench.methods.heads.families).
-            Left in eval mode with every parameter requiring grad, hooks removed, also on error.
-        context: gives the ``mini_train`` batches, the seed and ``count_backward``.
-        gates: leaf tensor of gate parameters (``requires_grad=True``, any shape and dtype), on ``work``'s device.
-        recipe: the optimisation settings.
-        sample_mask: ``sample_mask(t) -> [L, H]`` head mask for step ``t`` (0-based), differentiable in ``gates``
-            (the method's relaxation; any noise comes from the caller's own generator).
-        objective: ``objective(ce) -> loss`` from the batch's mean cross-entropy; ``None`` = the cross-entropy.
-        on_step: called after every optimiser step with a :class:`GateStep`; returning True stops the run.
+        work: a classifier of a supported family (:func:`trainable_copy`); left in eval mode, every parameter
+            requiring grad, hooks removed, also on error.
+        context: the ``mini_train`` batches, the seed, ``count_backward``.
+        gates: leaf tensor of gate parameters (``requires_grad=True``, any shape), on ``work``'s device.
+        recipe: the settings. sample_mask: ``sample_mask(t) -> [L, H]`` for step ``t`` (0-based), differentiable.
+        objective: ``objective(ce) -> loss``; ``None`` = the cross-entropy.
+        on_step: called with a :class:`GateStep` after every step; True stops the run.
 
-    Returns:
-        :class:`GateRun` (steps taken, whether ``on_step`` stopped the run).
-
-    Raises:
-        ValueError: a mask of the wrong shape from ``sample_mask`` (:func:`headprune_bench.methods.heads.apply_head_mask`).
-    """
+    Returns :class:`GateRun`. Raises ValueError: ``sample_mask`` returns a mask of the wrong shape."""
     device = next(work.parameters()).device
     model_params = [p for p in work.parameters() if p.requires_grad]
     optimizer, scheduler = _optimizer(gates, model_params, recipe)

@@ -1,19 +1,5 @@
-"""Declared option constraints of a method, checked when the method is constructed (before any training).
-
-A :class:`~headprune_bench.methods.base.HeadPruner` declares, once, what each option may be, in ``constraints`` (after
-scikit-learn's ``_parameter_constraints``):
-
-* an :class:`Interval` for a number: ``Interval(0, None, closed="neither")`` is "> 0";
-* a tuple of allowed values for a choice (``("one-shot", "iterative")``);
-* nothing for a bool (its type, checked from the default, is the whole constraint).
-
-``HeadPruner.__init__`` checks types (from the defaults), then every constraint, then the method's own
-cross-option rules (``HeadPruner.check_options``), and raises :class:`OptionError` naming the method, the option,
-the allowed range and the value. The runner constructs every method of a run before the first base fine-tune,
-so a bad ``--option`` fails at once. ``headprune_bench.methods.conformance.check_option_constraints`` (run over every registered
-method by the test suite) asserts that every numeric and string option has a declared constraint and that a value
-just outside each interval is refused.
-"""
+"""Declared option constraints of a method (:class:`Interval`, tuples of allowed values), checked when the method
+is constructed. See docs/heads.md ("Options and constraints")."""
 from __future__ import annotations
 
 import math
@@ -27,12 +13,8 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class Interval:
-    """The finite real numbers (or integers, for an int option) between ``low`` and ``high``.
-
-    Attributes:
-        low, high: bounds; ``None`` for unbounded on that side.
-        closed: which bounds belong to the interval: ``"both"``, ``"left"``, ``"right"`` or ``"neither"``.
-    """
+    """The finite numbers between ``low`` and ``high`` (``None``: unbounded side); ``closed``: ``"both"``,
+    ``"left"``, ``"right"`` or ``"neither"`` bound belongs to it."""
 
     low: float | None = None
     high: float | None = None
@@ -44,7 +26,7 @@ class Interval:
 
     def __contains__(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return False  # NaN and +-inf are never an option's value (an unbounded side means any finite number)
+            return False  # NaN and +-inf are never an option's value
         if self.low is not None:
             if value < self.low or (value == self.low and self.closed in ("right", "neither")):
                 return False
@@ -64,8 +46,7 @@ class Interval:
         return f"in {'[' if lo_in else '('}{self.low:g}, {self.high:g}{']' if hi_in else ')'}"
 
     def outside(self, integer: bool) -> list[float]:
-        """Values just outside the interval (for the conformance check): next to each bound, and for a float
-        option NaN and +-inf."""
+        """Values just outside the interval: next to each bound, and NaN and +-inf for a float option."""
         step = 1 if integer else 1e-9
         out: list[float] = []
         if self.low is not None:
@@ -81,7 +62,7 @@ Constraint = "Interval | tuple"
 
 
 def check_constraints(method: str, options: dict[str, Any], constraints: dict[str, Any]) -> None:
-    """Check ``options`` against ``constraints`` (see the module docstring).
+    """Check ``options`` against ``constraints`` (``{option: Interval | tuple}``).
 
     Raises:
         OptionError: a value outside its interval, or not one of its allowed values; names method, option, range.

@@ -1,10 +1,6 @@
-"""Registry of pruning methods: name -> :class:`~headprune_bench.methods.base.HeadPruner` subclass.
-
-Built-in methods register themselves with the :func:`register` decorator in their own module of this package;
-every module of the package is imported on first use, so adding a method takes one new file and no edit
-elsewhere. Third-party packages register through the entry-point group ``headprune_bench.methods``
-(``name = "package.module:ClassName"``).
-"""
+"""Registry of pruning methods: name -> :class:`~headprune_bench.methods.base.HeadPruner` subclass, filled by
+:func:`register` in this package's modules and by the entry-point group ``headprune_bench.methods``. See
+docs/heads.md ("Registry and discovery")."""
 from __future__ import annotations
 
 import difflib
@@ -43,7 +39,8 @@ def register(cls: type[HeadPruner]) -> type[HeadPruner]:
         raise TypeError(f"{cls.__qualname__} has no `name` class attribute")
     existing = _REGISTRY.get(cls.name)
     if existing is not None and existing is not cls:
-        raise ValueError(f"method name '{cls.name}' is already registered by {existing.__module__}.{existing.__qualname__}")
+        raise ValueError(
+            f"method name '{cls.name}' is already registered by {existing.__module__}.{existing.__qualname__}")
     _REGISTRY[cls.name] = cls
     _SOURCES.setdefault(cls.name, cls.__module__)
     return cls
@@ -71,19 +68,16 @@ def available_methods() -> dict[str, type[HeadPruner]]:
 
 
 def shipped_methods() -> dict[str, type[HeadPruner]]:
-    """The registered methods that are installed, sorted by name: those defined in the ``methods`` package and
-    those registered through the entry-point group ``headprune_bench.methods``, not classes registered on the fly
-    (e.g. by a test module), so a common test parametrized over them does not depend on which test modules were
-    imported first."""
+    """The registered methods of this package and of entry points, sorted by name (not classes registered on the
+    fly, e.g. by a test module)."""
     _discover()
     return {name: cls for name, cls in available_methods().items()
-            if cls.__module__.startswith("headprune_bench.methods.") or _SOURCES.get(name, "").startswith("entry point")}
+            if cls.__module__.startswith("headprune_bench.methods.")
+            or _SOURCES.get(name, "").startswith("entry point")}
 
 
 def in_methods_all(cls: type[HeadPruner]) -> bool:
-    """Whether ``--methods all`` selects the method ``cls``: its ``in_methods_all`` when set, else whether it is no
-    ablation (``ablation_of`` unset). Ablations are named explicitly; ``auber-null``, AUBER's null-reward control,
-    is selected (the report prints its head count beside AUBER's)."""
+    """Whether ``--methods all`` selects ``cls``: its ``in_methods_all`` when set, else whether it is no ablation."""
     return cls.in_methods_all if cls.in_methods_all is not None else not cls.ablation_of
 
 

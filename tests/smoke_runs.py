@@ -1,5 +1,6 @@
 """Shared helpers of the runner tests: a smoke-preset run configuration on the real GLUE files, a finished run,
-and records without the fields that differ between two runs of the same cell."""
+and records without the fields that differ between two runs of the same cell. (The test-only methods these runs
+name are in ``fakes.py``.)"""
 from __future__ import annotations
 
 import os
@@ -9,28 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from headprune_bench.benchmark.run.runner import Runner, make_run_config
-from headprune_bench.methods import HeadPruner, PruningResult, register
-
-
-@register
-class SelfBudgeted(HeadPruner):
-    """Decides its own count, like AUBER (a budget setter: ``matched:test-self-budgeted``): prunes the heads of
-    layer 0 whose index is odd, and head 0 of layer 5 (7 heads)."""
-
-    name = "test-self-budgeted"
-    summary = "test only: decides its own head count"
-    needs_target = False
-    exact_budget = False
-
-    def prune(self, model, context):
-        mask = torch.ones(context.num_layers, context.num_heads)
-        mask[0, 1::2] = 0
-        mask[5, 0] = 0
-        return PruningResult(mask=mask)
-
 
 #: Record fields that differ between two runs of the same cell (timings, timestamps, the git commit).
 VOLATILE = {"cost", "started_at", "finished_at", "provenance"}

@@ -113,7 +113,7 @@ def exported(tmp_path_factory):
 
 
 def test_an_exported_model_loads_without_this_package_and_equals_the_masked_model(exported):
-    for label, dtype, model, mask, inputs, folder, child, _ in exported:
+    for label, dtype, model, mask, inputs, _folder, child, _ in exported:
         reference = _masked_outputs(copy.deepcopy(model).to(dtype), mask, inputs)
         terms = bert_path_terms(model.config, inputs["input_ids"].shape[1])
         tol = rounding_tolerance(reference, terms)
@@ -274,21 +274,23 @@ def test_closed_form_flops_equal_torch_flop_counter_dense_and_pruned(seq_len):
     assert count_parameters(pruned_model) == closed_form_parameter_count(config, mask)
 
 
-def test_flops_refuse_a_bad_length_or_mask():
+@pytest.mark.parametrize("seq_len, mask_shape, message", [
+    (0, None, "seq_len"),
+    (8, (3, 4), r"expected \[L, H\]=\[2, 4\]"),
+], ids=["length", "mask-shape"])
+def test_flops_refuse_a_bad_length_or_mask(seq_len, mask_shape, message):
     from headprune_bench.methods.heads import forward_flops
 
     config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
-    with pytest.raises(ValueError, match="seq_len"):
-        forward_flops(config, 0)
-    with pytest.raises(ValueError, match=r"expected \[L, H\]=\[2, 4\]"):
-        forward_flops(config, 8, torch.ones(3, 4))
+    with pytest.raises(ValueError, match=message):
+        forward_flops(config, seq_len, *([torch.ones(mask_shape)] if mask_shape else []))
 
 
 # ------------------------------------------------------------------ speed
 
 
 def test_head_profiles_group_cells_per_count_or_per_mask():
-    from test_report import make_records
+    from synthetic_runs import make_records
 
     from headprune_bench.benchmark.store.records import Record
     from headprune_bench.benchmark.tools.speed import head_profiles
@@ -371,11 +373,26 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     assert random_row["GFLOPs/example (T 16)"] == pytest.approx(forward_flops(config, 16, mask).total / 1e9,
                                                                 abs=0.0005)
     assert "measured speed-up (batch 1, T 16)" in rows.columns and set(rows["method"]) == {"random", "voita"}
-    for bad, message in ((["--lengths", "0"], "--lengths '0'"), (["--lengths", "600"], "at most 512 tokens"),
-                         (["--batches", "a"], "--batches 'a'"), (["--heads-pruned", "5"], "no cell pruned [5] heads"),
-                         (["--rounds", "0"], "--rounds 0")):
-        refused = CliRunner().invoke(main, ["speed", str(folder), "--device", "cpu", *bad])
-        assert refused.exit_code != 0 and message in refused.output, refused.output
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--lengths", "0"], "--lengths '0'"),
+    (["--lengths", "600"], "at most 512 tokens"),
+    (["--batches", "a"], "--batches 'a'"),
+    (["--heads-pruned", "5"], "no cell pruned [5] heads"),
+    (["--rounds", "0"], "--rounds 0"),
+], ids=["length-zero", "length-above-the-model", "batch-not-a-number", "heads-pruned-by-no-cell", "rounds-zero"])
+def test_bench_speed_refuses_bad_options(smoke_run, tmp_path, bad, message):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from headprune_bench.benchmark.cli import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("base"))
+    refused = CliRunner().invoke(main, ["speed", str(folder), "--device", "cpu", *bad])
+    assert refused.exit_code != 0 and message in refused.output, refused.output
 
 
 def test_bench_export_onnx_agrees_with_torch_at_other_shapes(smoke_run, glue_dir, tmp_path):

@@ -1,6 +1,7 @@
 """Encoder families beyond BERT (issue 15): RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v2/v3.
 
-For a tiny random model of each family (built from its config, no download: ``headprune_bench.methods.conformance.tiny_config``):
+For a tiny random model of each family (built from its config, no download:
+``headprune_bench.methods.conformance.tiny_config``):
 
 * head mask == zeroed value heads == physical removal, with uneven heads per layer and an emptied layer, in float64,
   with eager and SDPA attention where the family has both (DeBERTa has eager only); DeBERTa-v2 both with shared
@@ -128,7 +129,8 @@ def test_mask_equals_zeroed_values_equals_removal(family, overrides, impl):
     removed = _outputs(removed_model, inputs)
     assert_within(zeroed, masked, tol, f"{family} {impl}: zeroed vs masked")
     assert_within(removed, masked, tol, f"{family} {impl}: removed vs masked")
-    assert (_outputs(model, inputs) - masked).abs().max() > 1000 * tol, "the mask changes nothing: the check could not fail"
+    assert (_outputs(model, inputs) - masked).abs().max() > 1000 * tol, (
+        "the mask changes nothing: the check could not fail")
 
     layout = get_layout(removed_model)
     assert [layout.value(layer).out_features // layout.head_size for layer in range(3)] == [2, 0, 3]
@@ -153,8 +155,8 @@ def test_save_and_load_a_pruned_model_of_each_family(family, tmp_path):
     # Exact where exactness is machine-independent: every tensor of the state dict is bit-identical. The outputs
     # agree within rounding, not bit for bit: the loaded weights are views into the memory-mapped safetensors file,
     # at other alignments than the in-memory model's, and MKL may round differently for differently aligned
-    # operands (measured on an AMD EPYC: 2.2e-16 in float64 for BERT, ELECTRA and DeBERTa-v2; bit-identical once the loaded
-    # weights are copied to freshly allocated memory). See also test_heads.assert_same_weights_and_outputs.
+    # operands (measured on an AMD EPYC: 2.2e-16 in float64 for BERT, ELECTRA and DeBERTa-v2; bit-identical once the
+    # loaded weights are copied to freshly allocated memory). See also test_heads.assert_same_weights_and_outputs.
     loaded_state = loaded.state_dict()
     assert loaded_state.keys() == removed.state_dict().keys()
     for key, value in removed.state_dict().items():
@@ -278,8 +280,8 @@ def test_export_refuses_a_model_outside_the_families(tmp_path):
 @pytest.mark.parametrize("family", NON_BERT)
 @pytest.mark.parametrize("name", sorted(shipped_methods()))
 def test_every_method_conforms_on_every_family(name, family):
-    """The methods reach the model only through ``headprune_bench.methods.heads`` (and transformers' own outputs), so each runs on
-    every family without family-specific code; test_methods checks BERT."""
+    """The methods reach the model only through ``headprune_bench.methods.heads`` (and transformers' own outputs), so
+    each runs on every family without family-specific code; test_methods checks BERT."""
     check_pruner(name, family=family, **methods.get_method_class(name).conformance_options)
 
 

@@ -1,4 +1,5 @@
-"""Tests for headprune_bench.methods.heads (the package methods/heads/): masking == zeroed values == physical removal (protocol.md §9).
+"""Tests for headprune_bench.methods.heads (the package methods/heads/): masking == zeroed values == physical removal
+(protocol.md §9).
 
 Equivalences are exact mathematically and are proved in float64, with a tolerance of ~1e-12 that follows from
 float64 rounding; the same comparisons in float32 (the precision the benchmark runs in) use the float32 rounding
@@ -555,13 +556,12 @@ def test_wrong_mask_shape(tiny, shape):
     handle.remove()
 
 
-def test_wrong_batch_or_tokens_at_forward(tiny):
+@pytest.mark.parametrize("shape, message", [((2, 3, 4), "B=2"), ((3, 9, 3, 4), "per-token")],
+                         ids=["batch", "tokens"])
+def test_wrong_batch_or_tokens_at_forward(tiny, shape, message):
     model, inputs = tiny
-    with apply_head_mask(model, torch.ones(2, 3, 4)):
-        with pytest.raises(ValueError, match="B=2"):
-            outputs(model, inputs)
-    with apply_head_mask(model, torch.ones(3, 9, 3, 4)):
-        with pytest.raises(ValueError, match="per-token"):
+    with apply_head_mask(model, torch.ones(shape)):
+        with pytest.raises(ValueError, match=message):
             outputs(model, inputs)
 
 
@@ -579,18 +579,19 @@ def test_masking_pruned_model_raises(tiny):
         apply_head_mask(model, torch.ones(3, 4))
 
 
-def test_structural_ops_reject_fractional_masks(tiny):
+@pytest.mark.parametrize("op", [remove_heads, zero_value_heads], ids=["remove_heads", "zero_value_heads"])
+def test_structural_ops_reject_fractional_masks(tiny, op):
     model, _ = tiny
     with pytest.raises(ValueError, match="binary"):
-        remove_heads(model, torch.full((3, 4), 0.5))
-    with pytest.raises(ValueError, match="binary"):
-        zero_value_heads(model, torch.full((3, 4), 0.5))
+        op(model, torch.full((3, 4), 0.5))
 
 
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: GPT2ForSequenceClassification(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32)),
+        lambda: GPT2ForSequenceClassification(
+            GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32)
+        ),
         lambda: AlbertForSequenceClassification(
             AlbertConfig(vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=20,
                          embedding_size=8, num_hidden_layers=2)

@@ -165,7 +165,8 @@ def test_methods_never_imports_benchmark():
     # report reaching up into the CLI: the back-edge this test exists for
     ("benchmark.report.build", "from headprune_bench.benchmark.cli import report_cmd", ["benchmark.cli"]),
     # store reaching up into cells, as a lazy import inside a function
-    ("benchmark.store.records", "def f():\n    from headprune_bench.benchmark.cells import work", ["benchmark.cells.work"]),
+    ("benchmark.store.records", "def f():\n    from headprune_bench.benchmark.cells import work",
+     ["benchmark.cells.work"]),
     # a method importing the benchmark
     ("methods.michel", "import headprune_bench.benchmark.tasks", ["benchmark.tasks"]),
     # relative import from a package's submodule up to a higher layer

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import re
 
+import fakes  # noqa: F401  (registers the test-* methods: test-last-heads, test-vandal, test-dice)
 import pytest
 import torch
 import torch.nn.functional as F
 from tolerances import assert_within, bert_gate_gradient_terms, rounding_tolerance
 
 from headprune_bench import methods
-from headprune_bench.methods import HeadPruner, OptionError, PruningResult, lowest_k_mask, register
+from headprune_bench.methods import HeadPruner, OptionError, lowest_k_mask, register
 from headprune_bench.methods.confidence import head_confidence
 from headprune_bench.methods.conformance import check_pruner, collate, synthetic_context, synthetic_split, tiny_model
 from headprune_bench.methods.heads import apply_head_mask
@@ -17,11 +18,6 @@ from headprune_bench.methods.michel import head_importance, normalize_by_layer
 from headprune_bench.methods.registry import in_methods_all, shipped_methods
 
 # --------------------------------------------------------------------------- interface and registry
-
-
-@pytest.mark.parametrize("name", ["random", "confidence", "michel"])
-def test_builtin_methods_conform(name):
-    check_pruner(name, target_heads=5)
 
 
 def test_michel_variants_conform():
@@ -57,9 +53,9 @@ def test_builtins_declare_report_order_and_colour_and_ablations_do_not():
 
 
 def test_methods_all_selects_every_method_and_auber_null_but_not_the_other_ablations():
-    """`--methods all` (headprune_bench.benchmark.config.run) = the shipped methods with code of their own plus auber-null, whose
-    count the headline prints beside AUBER's; AUBER's Table-3 ablations are named explicitly. A method registered
-    on the fly follows the same rule, its in_methods_all overriding its ablation_of."""
+    """`--methods all` (headprune_bench.benchmark.config.run) = the shipped methods with code of their own plus
+    auber-null, whose count the headline prints beside AUBER's; AUBER's Table-3 ablations are named explicitly. A
+    method registered on the fly follows the same rule, its in_methods_all overriding its ablation_of."""
     from headprune_bench.benchmark.config.run import _method_names
 
     selected = set(_method_names("all"))
@@ -80,19 +76,18 @@ def test_methods_all_selects_every_method_and_auber_null_but_not_the_other_ablat
     assert (in_methods_all(Dropped), in_methods_all(Kept), in_methods_all(Excluded)) == (False, True, False)
 
 
-def test_unknown_method_suggests_close_name():
-    with pytest.raises(methods.UnknownMethodError, match=r"did you mean 'michel'"):
-        methods.create("michell")
+@pytest.mark.parametrize("name, options, error, message", [
+    ("michell", {}, methods.UnknownMethodError, r"did you mean 'michel'"),
+    ("michel", {"mdoe": "iterative"}, OptionError, r"unknown option.*'mdoe'.*known options: .*mode"),
+    ("michel", {"normalize_by_layer": "yes"}, OptionError, r"'normalize_by_layer'.*cannot parse 'yes' as bool"),
+    ("michel", {"normalize_by_layer": 3}, OptionError, r"'normalize_by_layer'.*expects bool"),
+], ids=["unknown-method", "unknown-option", "unparsable-bool", "int-for-bool"])
+def test_unknown_methods_and_mistyped_options_are_refused(name, options, error, message):
+    with pytest.raises(error, match=message):
+        methods.create(name, **options)
 
 
-def test_unknown_and_mistyped_options():
-    with pytest.raises(OptionError, match=r"unknown option.*'mdoe'.*known options: .*mode"):
-        methods.create("michel", mdoe="iterative")
-    with pytest.raises(OptionError, match=r"'normalize_by_layer'.*cannot parse 'yes' as bool"):
-        methods.create("michel", normalize_by_layer="yes")
-    with pytest.raises(OptionError, match=r"'normalize_by_layer'.*expects bool"):
-        methods.create("michel", normalize_by_layer=3)
-    # CLI strings are parsed as JSON for non-string options
+def test_cli_strings_are_parsed_as_json_for_non_string_options():
     assert methods.create("random", min_heads_per_layer="1").options["min_heads_per_layer"] == 1
 
 
@@ -112,52 +107,18 @@ def test_register_rejects_duplicates_and_non_pruners():
 
 
 def test_a_new_method_in_one_class_passes_conformance():
-    """What README's 'Adding a method' shows: a class, @register, and check_pruner in a test."""
-
-    @register
-    class LastHeads(HeadPruner):
-        name = "test-last-heads"
-        summary = "prunes the last heads in flat order (test only)"
-        defaults = {}
-
-        def prune(self, model, context):
-            mask = torch.ones(context.num_layers, context.num_heads)
-            mask.view(-1)[context.total_heads - context.target_heads:] = 0
-            return PruningResult(mask=mask)
-
+    """What README's 'Adding a method' shows: a class, @register (``fakes.LastHeads``), and check_pruner in a test."""
     check_pruner("test-last-heads", target_heads=6)
 
 
 def test_conformance_catches_a_method_that_edits_the_model():
-    @register
-    class Vandal(HeadPruner):
-        name = "test-vandal"
-        summary = "zeroes a weight without saying it re-trained (test only)"
-
-        def prune(self, model, context):
-            with torch.no_grad():
-                next(model.parameters()).zero_()
-            mask = torch.ones(context.num_layers, context.num_heads)
-            mask[0, : context.target_heads] = 0
-            return PruningResult(mask=mask)
-
     with pytest.raises(AssertionError, match="changed the base model"):
-        check_pruner("test-vandal", target_heads=2)
+        check_pruner("test-vandal", target_heads=2)  # fakes.Vandal
 
 
 def test_conformance_catches_nondeterminism():
-    @register
-    class Dice(HeadPruner):
-        name = "test-dice"
-        summary = "uses the global RNG (test only)"
-
-        def prune(self, model, context):
-            mask = torch.ones(context.total_heads)
-            mask[torch.randperm(context.total_heads)[: context.target_heads]] = 0
-            return PruningResult(mask=mask.view(context.num_layers, context.num_heads))
-
     with pytest.raises(AssertionError, match="not deterministic"):
-        check_pruner("test-dice", target_heads=4)
+        check_pruner("test-dice", target_heads=4)  # fakes.Dice
 
 
 # --------------------------------------------------------------------------- lowest_k_mask
@@ -217,13 +178,6 @@ def test_random_floor_and_per_layer_targets():
         ctx.target_per_layer = None
         ctx.target_heads = 10
         methods.create("random", min_heads_per_layer=1).prune(model, ctx)
-
-
-def test_methods_need_a_budget():
-    for name in ("random", "confidence", "michel"):
-        model, ctx = _context(target=None)
-        with pytest.raises(ValueError, match="needs a budget"):
-            methods.create(name).prune(model, ctx)
 
 
 # --------------------------------------------------------------------------- confidence
@@ -375,12 +329,17 @@ def test_michel_iterative_steps():
     assert res.trace["steps"] == [3, 6, 7]  # ceil(0.25 * 12) = 3 heads per step
 
 
-def test_michel_rejects_bad_options():
-    model, ctx = _context(target=3)
-    with pytest.raises(ValueError, match="estimator must be one of"):
-        methods.create("michel", estimator="batch").prune(model, ctx)
-    with pytest.raises(ValueError, match="mode must be one of"):
-        methods.create("michel", mode="twice").prune(model, ctx)
+@pytest.mark.parametrize("name, options, target, message", [
+    ("random", {}, None, "needs a budget"),
+    ("confidence", {}, None, "needs a budget"),
+    ("michel", {}, None, "needs a budget"),
+    ("michel", {"estimator": "batch"}, 3, "estimator must be one of"),
+    ("michel", {"mode": "twice"}, 3, "mode must be one of"),
+], ids=["random-no-budget", "confidence-no-budget", "michel-no-budget", "michel-estimator", "michel-mode"])
+def test_methods_refuse_a_missing_budget_and_bad_options_when_they_prune(name, options, target, message):
+    model, ctx = _context(target=target)
+    with pytest.raises(ValueError, match=message):
+        methods.create(name, **options).prune(model, ctx)
 
 
 def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypatch):
@@ -391,7 +350,7 @@ def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypat
 
     (tmp_path / "thirdparty_pruner.py").write_text(
         "import torch\n"
-        "from methods import HeadPruner, PruningResult\n"
+        "from headprune_bench.methods import HeadPruner, PruningResult\n"
         "class FirstHeads(HeadPruner):\n"
         "    name = 'test-first-heads'\n"
         "    summary = 'third-party example'\n"
@@ -414,15 +373,15 @@ def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypat
     sys.modules.pop("thirdparty_pruner", None)
 
 
-def test_readme_adding_a_method_example_runs():
-    """The README's 'Adding a method' example is real code: it registers and passes the conformance check."""
+def test_docs_adding_a_method_example_runs():
+    """docs/extending.md's 'Adding a method' example is real code: it registers and passes the conformance check."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "# methods/magnitude.py" in b)
     namespace: dict = {"__name__": "readme_example"}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, "docs/extending.md", "exec"), namespace)
     result = check_pruner("value-norm", target_heads=5)
     assert result.scores is not None and result.scores.shape == (3, 4)
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import parallel_methods
+import fakes
 import pytest
 import ray
 import torch
@@ -39,8 +39,7 @@ from headprune_bench.benchmark.store.jsonl import RecordStore
 from headprune_bench.benchmark.store.records import BASE_DIFFERS, Record
 from headprune_bench.methods.registry import in_methods_all, shipped_methods
 
-TESTS = Path(__file__).resolve().parent
-SETTER = parallel_methods.SlowSetter.name
+SETTER = fakes.SlowSetter.name
 RUN = dict(methods_spec=f"random,michel,{SETTER}", tasks_spec="wnli", budget=f"matched:{SETTER}", recover=True)
 CLI_RUN = ["--preset", "smoke", "--methods", RUN["methods_spec"], "--tasks", RUN["tasks_spec"], "--budget",
            RUN["budget"], "--recover", "--device", "cpu", "--no-progress", "--no-report"]
@@ -113,8 +112,8 @@ def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run
     assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in parallel} == {(machine_name("cpu"), 1)}
     info = json.loads((out / "base" / "wnli-seed0" / "train_info.json").read_text())
     assert (info["machine"], info["threads"]) == (machine_name("cpu"), 1)
-    # the machine the time limit estimates this run's cells for (rule 1 of headprune_bench.benchmark.execution.time_limit) is the one its
-    # records name
+    # the machine the time limit estimates this run's cells for (rule 1 of
+    # headprune_bench.benchmark.execution.time_limit) is the one its records name
     assert resolve_execution(smoke_config(out, glue_dir, workers=2)).machine() == (machine_name("cpu"), 1)
     plan = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
     assert plan["execution"] == {"mode": "ray", "workers": 2, "ray_address": None, "threads_per_cell": 1,
@@ -122,8 +121,8 @@ def test_workers_equal_the_serial_run_record_for_record(parallel_run, serial_run
     # a worker's log lines reach run.log and its warnings the driver's console, as in a serial run
     log_text = (out / "run.log").read_text()
     assert log_text.count("trained in") == 1  # one base fine-tune per (task, seed), though 8 cells wait for it
-    assert log_text.count(f"{SETTER}: {parallel_methods.LOG_LINE}") == 1
-    assert f"warning: {SETTER}: {parallel_methods.WARNING}" in res.output
+    assert log_text.count(f"{SETTER}: {fakes.LOG_LINE}") == 1
+    assert f"warning: {SETTER}: {fakes.WARNING}" in res.output
 
 
 def _redo_random_cells(folder: Path, glue_dir, invert_stored: bool) -> list[tuple]:
@@ -197,11 +196,12 @@ def test_a_failing_method_and_a_dying_worker_land_in_failures_and_the_rest_finis
     failures = {(f["method"], f["condition"]): f
                 for f in map(json.loads, (tmp_path / "failures.jsonl").read_text().splitlines())}
     # each failed prune step fails its prune+recover cell too (it needs the prune step's mask), with its error
-    assert set(failures) == {(m, c) for m in ("test-raises", "test-kills-process") for c in ("prune-only", "prune+recover")}
+    assert set(failures) == {(m, c) for m in ("test-raises", "test-kills-process")
+                             for c in ("prune-only", "prune+recover")}
     for condition in ("prune-only", "prune+recover"):
         assert failures[("test-raises", condition)]["error"] == "RuntimeError: deliberate failure in the prune step"
         assert "died" in failures[("test-kills-process", condition)]["error"].lower(), failures
-    assert "parallel_methods.py" in failures[("test-raises", "prune-only")]["traceback"]  # the worker's traceback
+    assert "fakes.py" in failures[("test-raises", "prune-only")]["traceback"]  # the worker's traceback
     assert "4 cell(s) failed" in res.output
     # a rerun retries exactly the failed cells
     res = _bench(args)
@@ -215,10 +215,10 @@ def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, seri
     """A `bench run` driver on this module's Ray cluster (--ray-address) killed with SIGKILL after a few records,
     then rerun: nothing finished is lost or computed again, and the records equal the serial run's."""
     out = tmp_path / "killed"
-    code = "import sys, parallel_methods; from headprune_bench.benchmark.cli import main; sys.exit(main())"
+    code = "import sys, fakes; from headprune_bench.benchmark.cli import main; sys.exit(main())"
     cmd = [sys.executable, "-c", code, "run", *CLI_RUN, "--ray-address", ray_address, "--data-dir", str(glue_dir),
            "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fakes.TESTS_DIR), os.environ.get("PYTHONPATH", "")])}
     kill_after_records(cmd, out / "records.jsonl", 3, env=env)
     before = RecordStore(out).records()
     assert 3 <= len(before) < N_CELLS
@@ -270,15 +270,21 @@ def test_gpu_share_and_threads_default_from_the_workers(monkeypatch, tmp_path, g
     ex = resolve_execution(smoke_config(tmp_path, glue_dir, ray_address="auto", gpus_per_cell=0.125, device="auto"))
     assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.125, 1, "cuda")
     assert ex.machine() is None  # a cluster's cells may run on different machines: no machine of their own
-    with pytest.raises(ConfigError, match="--device cuda on Ray needs --gpus-per-cell"):
-        resolve_execution(smoke_config(tmp_path, glue_dir, ray_address="auto", device="cuda"))
-    with pytest.raises(ConfigError, match="Ray assigns each cell its GPU"):
-        resolve_execution(smoke_config(tmp_path, glue_dir, workers=2, device="cuda:1"))
-    with pytest.raises(ConfigError, match="--gpus-per-cell 0.5 with --device cpu"):
-        resolve_execution(smoke_config(tmp_path, glue_dir, workers=2, device="cpu", gpus_per_cell=0.5))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     ex = resolve_execution(smoke_config(tmp_path, glue_dir, workers=1))
     assert (ex.gpus_per_cell, ex.threads_per_cell, ex.device.type) == (0.0, os.cpu_count(), "cpu")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(ray_address="auto", device="cuda"), "--device cuda on Ray needs --gpus-per-cell"),
+    (dict(workers=2, device="cuda:1"), "Ray assigns each cell its GPU"),
+    (dict(workers=2, device="cpu", gpus_per_cell=0.5), "--gpus-per-cell 0.5 with --device cpu"),
+], ids=["cuda-without-gpu-share", "numbered-gpu", "gpu-share-on-cpu"])
+def test_gpu_options_that_contradict_each_other_are_refused(kwargs, message, monkeypatch, tmp_path, glue_dir):
+    """With a visible GPU (as in the test above)."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=message):
+        resolve_execution(smoke_config(tmp_path, glue_dir, **kwargs))
 
 
 def test_serial_runs_are_unchanged_by_the_ray_options(tmp_path, glue_dir):
@@ -313,7 +319,8 @@ def test_every_method_on_glue_small_equals_the_serial_run(ray_address, glue_dir,
     assert stable(records) == stable(RecordStore(tmp_path / "serial").records())
 
 
-@pytest.mark.parametrize("workers", [pytest.param(None, marks=pytest.mark.slow), 2], ids=["serial", "ray"])  # serial: -m slow (CI time)
+# serial: -m slow (CI time)
+@pytest.mark.parametrize("workers", [pytest.param(None, marks=pytest.mark.slow), 2], ids=["serial", "ray"])
 def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_only_own_weights_computed(workers, ray_address,
                                                                                       glue_dir, tmp_path):
     """A stop requested while a cell runs (its method presses Ctrl-C on this process, then finishes, returning its
@@ -352,7 +359,8 @@ def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_only_own_weights_
     assert json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["to_do"] == waiting
 
 
-@pytest.mark.parametrize("workers", [pytest.param(None, marks=pytest.mark.slow), 2], ids=["serial", "ray"])  # serial: -m slow (CI time)
+# serial: -m slow (CI time)
+@pytest.mark.parametrize("workers", [pytest.param(None, marks=pytest.mark.slow), 2], ids=["serial", "ray"])
 def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_dir, tmp_path):
     """Seed 0 runs whole; its random prune+recover record is then made to say 10^6 s. Seed 1 under --time-limit
     10m: every cell runs but that one (its estimate does not fit), the run exits 75 with 1 cell not run and no
@@ -413,7 +421,8 @@ def test_time_limit_starts_only_the_cells_that_fit(workers, ray_address, glue_di
     # seed 0's other cells, when its step returns: at most limit - S < 1.25 x S left, nothing estimates them; the
     # prune+recover cell waits (the stored mask resumes it), the own-fine-tuning cell starts (its weights are only
     # in this run's memory: refused, the next run would prune again for them)
-    assert (0, "test-slow-retrainer", "own-fine-tuning") in done and (0, "test-slow-retrainer", "prune+recover") not in done
+    assert (0, "test-slow-retrainer", "own-fine-tuning") in done
+    assert (0, "test-slow-retrainer", "prune+recover") not in done
     seed1 = next(line for line in (out / "run.log").read_text().splitlines()
                  if "seed=1|test-slow-retrainer|" in line and "|prune-only|" in line and "not started" in line)
     assert float(seed1.split("expected ")[1].split(" s")[0]) >= seconds, seed1

@@ -34,13 +34,14 @@ from headprune_bench.benchmark.run.runner import Runner
 from headprune_bench.benchmark.store import jsonl as store_mod
 from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, append_jsonl, scan_jsonl
 from headprune_bench.benchmark.store.records import BASE_DIFFERS
-from headprune_bench.methods import HeadPruner, Interval, OptionError, PruningResult, register
+from headprune_bench.methods import Interval, OptionError
 from headprune_bench.methods.conformance import check_option_constraints
 from headprune_bench.methods.registry import shipped_methods
 
 sys.path.insert(0, str(Path(__file__).parent))
-from smoke_runs import SelfBudgeted, negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
-from test_report import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
+from fakes import SelfBudgeted, Unchecked  # noqa: E402
+from smoke_runs import negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
+from synthetic_runs import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
 
 _config, _run, _stable = smoke_config, run_smoke, stable
 
@@ -124,7 +125,8 @@ def test_report_and_run_name_every_unreadable_line_and_agree(tmp_path, damage, l
         lines[-1] = lines[-1][:150]  # no newline: an interrupted write
     path.write_text("".join(lines))
 
-    with pytest.warns(ReportWarning, match=rf"records.jsonl: line {line}: {re.escape(reason)}.*skipped.*next `bench run`"):
+    with pytest.warns(ReportWarning,
+                      match=rf"records.jsonl: line {line}: {re.escape(reason)}.*skipped.*next `bench run`"):
         out = build_report([folder], plots=False, echo=False, n_boot=200, n_boot_examples=50)
     md = (out / "report.md").read_text()
     assert "Records: 11; 1 unreadable line(s) skipped" in md
@@ -193,13 +195,22 @@ def test_seeds_take_a_count_a_list_or_inclusive_ranges():
     assert parse_seeds("3") == [0, 1, 2] and parse_seeds(" 0,4 ") == [0, 4]
     assert parse_seeds("5-5") == [5] and parse_seeds("3-6") == [3, 4, 5, 6] and parse_seeds("0, 7-8,2") == [0, 7, 8, 2]
     assert parse_seeds(f"1-{MAX_SEED_COUNT}") == list(range(1, MAX_SEED_COUNT + 1))
-    for bad, message in (("6-5", "range 6-5 descends; write it 5-6"), ("5-", "not one: '5-'"),
-                         ("-5-6", "not one: '-5-6'"), ("1-3,3", "seed(s) 3 given more than once"),
-                         ("2-3-4", "not one: '2-3-4'"), (f"0-{MAX_SEED_COUNT}", f"at most {MAX_SEED_COUNT} seeds"),
-                         ("0-999999999999", f"at most {MAX_SEED_COUNT} seeds"),
-                         ("2147483647-2147483648", "every seed must be an integer in [0, 2147483647]")):
-        with pytest.raises(ConfigError, match=re.escape(message)):
-            parse_seeds(bad)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("6-5", "range 6-5 descends; write it 5-6"),
+    ("5-", "not one: '5-'"),
+    ("-5-6", "not one: '-5-6'"),
+    ("1-3,3", "seed(s) 3 given more than once"),
+    ("2-3-4", "not one: '2-3-4'"),
+    (f"0-{MAX_SEED_COUNT}", f"at most {MAX_SEED_COUNT} seeds"),
+    ("0-999999999999", f"at most {MAX_SEED_COUNT} seeds"),
+    ("2147483647-2147483648", "every seed must be an integer in [0, 2147483647]"),
+], ids=["descending", "open-end", "negative-start", "repeated", "three-ends", "too-many", "far-too-many",
+        "beyond-int32"])
+def test_bad_seed_ranges_are_refused(bad, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_seeds(bad)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -239,19 +250,10 @@ def test_every_registered_method_declares_and_enforces_its_option_ranges(name):
     check_option_constraints(name)
 
 
-def test_conformance_catches_an_option_without_a_declared_range():
-    @register
-    class Unchecked(HeadPruner):
-        name = "test-unchecked-option"
-        summary = "an int option with no declared range (test only)"
-        defaults = {"passes": 3}
-
-        def prune(self, model, context):  # pragma: no cover
-            return PruningResult(mask=torch.ones(context.num_layers, context.num_heads))
-
+def test_conformance_catches_an_option_without_a_declared_range(monkeypatch):
     with pytest.raises(AssertionError, match="option 'passes' .*has no declared constraint"):
         check_option_constraints("test-unchecked-option")
-    Unchecked.constraints = {"passes": Interval(1, None)}
+    monkeypatch.setattr(Unchecked, "constraints", {"passes": Interval(1, None)})
     check_option_constraints("test-unchecked-option")
     with pytest.raises(OptionError, match=r"test-unchecked-option: option passes must be >= 1, got 0"):
         Unchecked(passes=0)
@@ -696,7 +698,8 @@ def test_bench_run_prints_the_reports_warnings_as_plain_lines(smoke, glue_dir, t
     with open(folder / "records.jsonl", "a") as fh:  # a duplicated record: the summary and the report both warn
         fh.write(_lines(folder / "records.jsonl")[0])
     # a real process: pytest would capture Python's warnings before they reach stderr
-    res = subprocess.run([sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--tasks", "wnli",
+    res = subprocess.run([sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke",
+                          "--tasks", "wnli",
                           "--methods", "random", "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress",
                           "--no-plots"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -7,92 +7,19 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 from statsmodels.stats.multitest import multipletests
+from synthetic_runs import HEADS, LAYERS, make_records, write_run
 
 from headprune_bench.benchmark import stats
 from headprune_bench.benchmark.cli import report_cmd
 from headprune_bench.benchmark.report import ReportWarning, analyse, build_report, cells, load_runs
 from headprune_bench.benchmark.report.tables import num as tables_num
-from headprune_bench.benchmark.tasks import TASKS, compute_metrics, majority_baseline
-
-LAYERS, HEADS = 2, 4
-N_DEV = 60
-#: per method: mean accuracy of its predictions (before the seed's shift)
-SKILL = {"original": 0.86, "random": 0.74, "michel": 0.8, "auber": 0.83}
-
-
-def make_records(tasks=("mrpc", "cola"), seeds=(0, 1, 2), methods=None, conditions=("prune-only",),
-                 degenerate=(), seed=0):
-    """Realistic records: (task, seed, method, budget, condition) cells with predictions, labels, masks, costs.
-
-    ``methods``: {method: [budget spec, ...]} (``original`` always has budget ``none``). ``degenerate``: cells
-    (task, seed, method) whose predictions are made constant (a failed run).
-    """
-    methods = methods or {"original": ["none"], "random": ["fraction:0.25", "fraction:0.5"], "auber": ["matched:auber"]}
-    rng = np.random.default_rng(seed)
-    records = []
-    for task in tasks:
-        spec = TASKS[task]
-        trng = np.random.default_rng(sum(map(ord, task)))
-        labels = (trng.random(N_DEV) < 0.68).astype(int)
-        train_labels = (trng.random(200) < 0.68).astype(int)
-        majority = majority_baseline(task, train_labels, labels)
-        for s in seeds:
-            shift = rng.normal(0, 0.02)
-            base_failed = (task, s, "original") in degenerate
-            for method, budgets in methods.items():
-                for budget in (["none"] if method == "original" else budgets):
-                    conds = ["prune-only"] + (["control"] if method == "original" and "prune+recover" in conditions
-                                              else [c for c in conditions if c != "prune-only"]
-                                              if method != "original" else [])
-                    for cond in conds:
-                        frac = float(budget.split(":")[1]) if budget.startswith("fraction") else 0.375
-                        k = 0 if method == "original" else int(round(frac * LAYERS * HEADS))
-                        skill = SKILL.get(method, 0.8) - (0.03 * frac if method == "random" else 0) + shift
-                        skill += 0.02 if cond in ("prune+recover", "control") else 0
-                        preds = np.where(rng.random(N_DEV) < skill, labels, 1 - labels)
-                        if (task, s, method) in degenerate:
-                            preds = np.full(N_DEV, majority["majority_label"])
-                        metrics = compute_metrics(task, preds, labels)
-                        score = metrics[spec.primary_metric]
-                        share = np.bincount(preds, minlength=2).max() / N_DEV
-                        is_deg = bool(score <= majority[spec.primary_metric] or share > 0.95)
-                        mask = np.ones(LAYERS * HEADS, dtype=int)
-                        mask[rng.choice(LAYERS * HEADS, size=k, replace=False)] = 0
-                        trace = {}
-                        if method == "auber":
-                            trace = {"layers": [{"layer": l, "rewards": list(np.linspace(0, 1, 6) + rng.normal(0, .05, 6))}
-                                                for l in range(LAYERS)]}
-                        opts = "-" if method == "original" else "abc123"
-                        records.append({
-                            "task": task, "seed": s, "method": method, "condition": cond,
-                            "budget": {"spec": budget, "target": k or None, "achieved": k, "note": budget},
-                            "heads_total": LAYERS * HEADS, "heads_pruned": k, "mask": mask.reshape(LAYERS, HEADS).tolist(),
-                            "metrics": metrics, "primary_metric": spec.primary_metric, "score": score,
-                            "majority_baseline": majority, "degenerate": is_deg,
-                            "degenerate_reason": "constant" if is_deg else None, "base_failed": base_failed,
-                            "predictions": preds.tolist(), "labels": labels.tolist(), "trace": trace,
-                            "cost": {"wall_s": float(rng.lognormal(0 if method != "auber" else 2, 0.2)),
-                                     "prune_wall_s": 0.1, "device": "cpu", "forward_examples": 100 + 10 * k,
-                                     "backward_examples": 0 if cond == "prune-only" else 40},
-                            "provenance": {}, "method_options": {},
-                            "cell": f"{task}|seed={s}|{method}|{budget}|{cond}|opts={opts}",
-                        })
-    return records
-
-
-def write_run(folder: Path, records, failures=()) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    if failures:
-        (folder / "failures.jsonl").write_text("".join(json.dumps(f) + "\n" for f in failures))
-    return folder
+from headprune_bench.benchmark.tasks import TASKS
 
 
 def section(md: str, task: str) -> str:
@@ -253,7 +180,8 @@ def test_an_option_set_replaced_in_one_folder_is_still_current_in_another(tmp_pa
     p = write_run(tmp_path / "p", records)
     (p / "runs.jsonl").write_text(json.dumps({"cells": [r["cell"] for r in old]}) + "\n"
                                   + json.dumps({"cells": [r["cell"] for r in records]}) + "\n")
-    q_records = [dict(r, task="rte", cell=r["cell"].replace("mrpc|", "rte|")) for r in records if r["method"] == "original"]
+    q_records = [dict(r, task="rte", cell=r["cell"].replace("mrpc|", "rte|")) for r in records
+                 if r["method"] == "original"]
     q_old = [dict(r, task="rte", cell=r["cell"].replace("mrpc|", "rte|")) for r in old]
     failure = {"cell": q_old[0]["cell"], "task": "rte", "seed": 0, "method": "random", "condition": "prune-only",
                "error": "RuntimeError: boom"}
@@ -345,7 +273,9 @@ def test_cross_task_summary_leaves_wnli_out(tmp_path):
                        n_boot_examples=100)
     summ = pd.read_csv(out / "summary.csv")
     mich = summ[summ.method == "michel"].iloc[0]
-    mean = lambda t, m: 100 * np.mean([r["score"] for r in records if r["task"] == t and r["method"] == m])
+    def mean(t, m):
+        return 100 * np.mean([r["score"] for r in records if r["task"] == t and r["method"] == m])
+
     assert mich.mean_excl_wnli == pytest.approx((mean("mrpc", "michel") + mean("rte", "michel")) / 2)
     assert mich.wnli == pytest.approx(mean("wnli", "michel"))
     assert mich.tasks == 2
@@ -379,7 +309,8 @@ def test_a_method_with_two_option_sets_is_two_labelled_configurations(tmp_path):
     # two configurations at one budget each are no sweep: no score-vs-heads line joins them
     assert (out / "plots" / "scores_mrpc.png").exists() and not (out / "plots" / "sweep_mrpc.png").exists()
     # labelled at both budgets, although each budget alone has a single option set
-    assert "opts=aaa111" in row(table, "michel", "fraction:0.3") and "opts=bbb222" in row(table, "michel", "fraction:0.5")
+    assert "opts=aaa111" in row(table, "michel", "fraction:0.3")
+    assert "opts=bbb222" in row(table, "michel", "fraction:0.5")
     sets = pd.read_csv(out / "option_sets.csv")
     assert sets.to_dict("records") == [{"method": "michel", "opts": "aaa111", "records": 2, "differs": "lr=0.1"},
                                        {"method": "michel", "opts": "bbb222", "records": 2, "differs": "lr=0.4"}]
@@ -502,7 +433,8 @@ def test_base_failures_leave_every_number_and_degenerate_runs_stay(tmp_path):
     """Protocol §6, no survivorship: a seed whose base model failed leaves the task's statistics before any
     comparison; a degenerate pruned run stays in the headline numbers (and only the labelled survivors view
     drops it)."""
-    records = make_records(tasks=("cola",), seeds=(0, 1, 2, 3), methods={"original": ["none"], "michel": ["fraction:0.5"]},
+    records = make_records(tasks=("cola",), seeds=(0, 1, 2, 3),
+                           methods={"original": ["none"], "michel": ["fraction:0.5"]},
                            degenerate={("cola", 1, "original"), ("cola", 2, "michel")})
     run = write_run(tmp_path / "run", records)
     (r,) = analyse(load_runs([run]), n_boot=200, n_boot_examples=50)

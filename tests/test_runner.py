@@ -2,7 +2,6 @@
 kill -9 and rerun, determinism, configuration checks, matched budgets, recover/control, the CLI."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -10,9 +9,9 @@ import sys
 import warnings
 
 import pytest
-import torch
 from click.testing import CliRunner
-from smoke_runs import SelfBudgeted, kill_after_records, run_smoke, smoke_config, stable
+from fakes import CountsPrunes, OwnBudget  # importing fakes registers every test-* method these tests name
+from smoke_runs import kill_after_records, run_smoke, smoke_config, stable
 
 from headprune_bench.benchmark import training
 from headprune_bench.benchmark.cli import main
@@ -21,7 +20,6 @@ from headprune_bench.benchmark.execution.resolve import resolve_execution
 from headprune_bench.benchmark.provenance import machine_name
 from headprune_bench.benchmark.run.runner import Runner
 from headprune_bench.benchmark.store.jsonl import RecordStore
-from headprune_bench.methods import HeadPruner, PruningResult, register
 
 METHODS = "random,confidence,michel"
 TASKS = "wnli,mrpc"
@@ -47,7 +45,8 @@ def smoke_run(tmp_path_factory, glue_dir):
 
 def test_records_carry_the_protocol_fields(smoke_run, glue_dir):
     records = RecordStore(smoke_run).records()
-    # the machine the time limit estimates a serial run's cells for (headprune_bench.benchmark.execution.time_limit) is the one they name
+    # the machine the time limit estimates a serial run's cells for (headprune_bench.benchmark.execution.time_limit)
+    # is the one they name
     assert {(r["cost"]["machine"], r["cost"]["threads"]) for r in records} == {
         resolve_execution(smoke_config(smoke_run, glue_dir)).machine()}
     assert len(records) == 2 * 4  # 2 tasks x (original + 3 methods), 1 seed
@@ -211,8 +210,9 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted_run(smoke_run, glue_dir, t
     """A real `bench run` process killed with SIGKILL mid-run, then rerun, gives the same records (masks,
     predictions, metrics) as the uninterrupted run in another process: resume and determinism in one test."""
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS, "--tasks", TASKS,
-           "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress", "--no-recover"]
+    cmd = [sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--methods", METHODS,
+           "--tasks", TASKS, "--device", "cpu", "--data-dir", str(glue_dir), "--out", str(out), "--no-progress",
+           "--no-recover"]
     records = out / "records.jsonl"
     n_before = kill_after_records(cmd, records, 5, timeout_s=300)
     assert 5 <= n_before < 8
@@ -238,34 +238,19 @@ def test_matched_budget_and_recover_control(tmp_path, glue_dir):
     assert recs[("random", "prune-only")]["budget"]["target"] == setter["heads_pruned"]
     assert setter["budget"]["spec"] == "matched:test-self-budgeted/per-layer"
     # per-layer counts are matched too (--match-per-layer; random's per_layer option defaults to True)
-    per_layer = lambda r: [sum(v == 0 for v in row) for row in r["mask"]]
+    def per_layer(r):
+        return [sum(v == 0 for v in row) for row in r["mask"]]
+
     assert per_layer(recs[("random", "prune-only")]) == per_layer(setter)
     # recover keeps the mask; the control is the unpruned model fine-tuned with the same budget
     assert recs[("random", "prune+recover")]["mask"] == recs[("random", "prune-only")]["mask"]
     assert recs[("michel", "prune+recover")]["scores"] == recs[("michel", "prune-only")]["scores"]
     # the recover cell reuses the prune-only result (no second pruning pass) but still counts its cost
-    assert recs[("michel", "prune+recover")]["cost"]["prune_wall_s"] == recs[("michel", "prune-only")]["cost"]["prune_wall_s"]
+    assert (recs[("michel", "prune+recover")]["cost"]["prune_wall_s"]
+            == recs[("michel", "prune-only")]["cost"]["prune_wall_s"])
     assert recs[("original", "control")]["heads_pruned"] == 0
     assert recs[("original", "control")]["predictions"] != recs[("original", "prune-only")]["predictions"] or \
         recs[("original", "control")]["cost"]["backward_examples"] > 0
-
-
-@register
-class Retrains(SelfBudgeted):
-    """Like AUBER: decides its own count (the mask of :class:`SelfBudgeted`) and returns re-trained weights: the
-    base model with the classifier's bias of class 0 raised by 100, so its own weights predict class 0 for every
-    example while the base model with the same mask does not."""
-
-    name = "test-retrains"
-
-    def changes_weights(self):
-        return True
-
-    def prune(self, model, context):
-        own = copy.deepcopy(model)
-        with torch.no_grad():
-            own.classifier.bias[0] += 100.0
-        return PruningResult(mask=super().prune(model, context).mask, retrained=True, model=own)
 
 
 def test_every_mask_is_evaluated_on_the_base_weights_and_own_weights_are_a_separate_row(tmp_path, glue_dir):
@@ -288,18 +273,6 @@ def test_every_mask_is_evaluated_on_the_base_weights_and_own_weights_are_a_separ
     assert set(own["predictions"]) == {0} != set(recs[("test-retrains", "prune-only")]["predictions"])
     assert own["cost"]["prune_wall_s"] == recs[("test-retrains", "prune-only")]["cost"]["prune_wall_s"]  # reused
     assert all(r["layers_emptied"] == 0 and r["schema"] == 2 for r in recs.values())
-
-
-@register
-class CountsPrunes(Retrains):
-    """:class:`Retrains`, counting its prune steps."""
-
-    name = "test-counts-prunes"
-    calls = 0
-
-    def prune(self, model, context):
-        type(self).calls += 1
-        return super().prune(model, context)
 
 
 def test_a_resumed_run_recovers_the_stored_mask_and_prunes_again_only_for_own_weights(tmp_path, glue_dir):
@@ -333,25 +306,10 @@ def test_a_folder_of_the_first_protocol_is_refused(tmp_path, glue_dir):
         Runner(_config(tmp_path, glue_dir, tasks_spec="wnli"))
 
 
-@register
-class EmptiesLayerZero(HeadPruner):
-    """Prunes every head of layer 0 (12 heads), scores rising with the head index."""
-
-    name = "test-empties-layer"
-    summary = "test only: empties layer 0"
-    needs_target = False
-    exact_budget = False
-
-    def prune(self, model, context):
-        mask = torch.ones(context.num_layers, context.num_heads)
-        mask[0] = 0
-        scores = torch.arange(context.total_heads, dtype=torch.float32).view(context.num_layers, context.num_heads)
-        return PruningResult(mask=mask, scores=scores)
-
-
 def test_a_per_layer_floor_is_applied_to_every_method_alike(tmp_path, glue_dir):
     """--min-heads-per-layer moves any method's mask after it prunes: the same count, every layer keeps the floor,
-    the best-scored heads come back; the budget says so in the cell key; an unreachable floor is refused first."""
+    the best-scored heads come back; the budget says so in the cell key (an unreachable floor is refused first: the
+    next test)."""
     _run(tmp_path, glue_dir, methods_spec="test-empties-layer,random", tasks_spec="wnli", recover=False,
          min_heads_per_layer=2)
     recs = {r["method"]: r for r in RecordStore(tmp_path).records()}
@@ -363,25 +321,18 @@ def test_a_per_layer_floor_is_applied_to_every_method_alike(tmp_path, glue_dir):
     assert empties["mask"][1][:2] == [0, 0]  # the lowest-scored heads elsewhere were pruned instead
     assert empties["budget"]["spec"] == rnd["budget"]["spec"] == "fraction:0.3/floor:2"
     assert "|fraction:0.3/floor:2|" in rnd["cell"] and all(sum(row) >= 2 for row in rnd["mask"])
-    for bad, message in ((13, "the model has 12 heads per layer"), (9, "cannot prune 22 of 72 heads")):
-        with pytest.raises(ConfigError, match=message):
-            Runner(_config(tmp_path / "other", glue_dir, min_heads_per_layer=bad))
-    with pytest.raises(ConfigError, match="expected 0"):
-        _config(tmp_path / "other", glue_dir, min_heads_per_layer=-1)
 
 
-@register
-class OwnBudget(SelfBudgeted):
-    """Like AUBER: never reads the target, so one cell per (task, seed) serves every budget of the folder."""
-
-    name = "test-own-budget"
-    own_budget = True
-    calls = 0
-
-    def prune(self, model, context):
-        assert context.target_heads is None, "an own-budget method must not be handed a target"
-        type(self).calls += 1
-        return super().prune(model, context)
+@pytest.mark.parametrize("bad, message, opens_runner", [
+    (13, "the model has 12 heads per layer", True),
+    (9, "cannot prune 22 of 72 heads", True),
+    (-1, "expected 0", False),  # refused by the configuration alone
+], ids=["above-the-heads-per-layer", "budget-cannot-keep-it", "negative"])
+def test_an_unreachable_per_layer_floor_is_refused_before_any_cell(tmp_path, glue_dir, bad, message, opens_runner):
+    with pytest.raises(ConfigError, match=message):
+        config = _config(tmp_path / "other", glue_dir, min_heads_per_layer=bad)
+        if opens_runner:
+            Runner(config)
 
 
 def test_own_budget_method_runs_once_for_every_budget(tmp_path, glue_dir):
@@ -399,39 +350,48 @@ def test_own_budget_method_runs_once_for_every_budget(tmp_path, glue_dir):
     assert by_budget["matched:test-own-budget"]["heads_pruned"] == own[0]["heads_pruned"] == 7
 
 
-def test_cli_list_and_bad_options(glue_dir, tmp_path):
-    cli = CliRunner()
-    res = cli.invoke(main, ["list"])
+def test_cli_list():
+    res = CliRunner().invoke(main, ["list"])
     assert res.exit_code == 0 and "michel" in res.output and "glue-small" in res.output and "smoke" in res.output
     presets = res.output.split("presets:")[1]
     assert "auber: episodes=150" in presets  # the quick preset's sizing is shown, not only the defaults
     families = res.output.split("model families (--model):")[1].split("presets:")[0]
-    assert "roberta, xlm-roberta" in families and "deberta-v2     model types: deberta-v2; attention: eager\n" in families
-    cases = [
-        (["--tasks", "mrcp"], "did you mean 'mrpc'"),
-        (["--methods", "michell"], "did you mean 'michel'"),
-        (["--budget", "heads:x"], "K must be a non-negative integer"),
-        (["--budget", "fraction:1.5"], "F must be in [0, 1]"),
-        (["--budget", "matched:random", "--methods", "michel"], "random itself needs a head count"),
-        (["--budget", "matched:test-self-budgeted", "--methods", "michel"], "add test-self-budgeted to --methods"),
-        (["--option", "michel.mode"], "expected METHOD.OPTION=VALUE"),
-        (["--option", "michel.bogus=1"], "unknown option"),
-        (["--seeds", "a,b"], "expected N or a comma-separated list"),
-        (["--seeds", "0"], "for seed 0 alone write --seeds 1"),
-        (["--device", "tpu"], "expected auto, cpu, cuda"),
-        (["--data-dir", str(tmp_path / "nowhere")], "nowhere"),
-        # checked before any fine-tuning starts
-        (["--budget", "heads:500"], "the model has 72 heads"),
-        (["--option", "michel.mode=iterativ", "--methods", "michel"], "michel: option mode must be one of"),
-        (["--option", "michel.mode=iterative", "--methods", "random"], "method 'michel' is not in --methods"),
-        (["--model", str(tmp_path / "no-model-here")], "no model folder there"),
-    ]
-    for extra, message in cases:
-        res = cli.invoke(main, ["run", "--preset", "smoke", "--out", str(tmp_path / "o"), "--data-dir", str(glue_dir),
-                                *extra])
-        assert res.exit_code != 0, extra
-        assert message in res.output, (extra, res.output)
-        assert not (tmp_path / "o").exists(), f"{extra}: a refused run left a run folder behind"
+    assert "roberta, xlm-roberta" in families
+    assert "deberta-v2     model types: deberta-v2; attention: eager\n" in families
+
+
+@pytest.mark.parametrize("extra, message", [
+    pytest.param(["--tasks", "mrcp"], "did you mean 'mrpc'", id="task-typo"),
+    pytest.param(["--methods", "michell"], "did you mean 'michel'", id="method-typo"),
+    pytest.param(["--budget", "heads:x"], "K must be a non-negative integer", id="budget-heads-not-int"),
+    pytest.param(["--budget", "fraction:1.5"], "F must be in [0, 1]", id="budget-fraction-above-1"),
+    pytest.param(["--budget", "matched:random", "--methods", "michel"], "random itself needs a head count",
+                 id="budget-matched-to-a-method-that-needs-one"),
+    pytest.param(["--budget", "matched:test-self-budgeted", "--methods", "michel"],
+                 "add test-self-budgeted to --methods", id="budget-setter-not-in-methods"),
+    pytest.param(["--option", "michel.mode"], "expected METHOD.OPTION=VALUE", id="option-without-value"),
+    pytest.param(["--option", "michel.bogus=1"], "unknown option", id="option-unknown"),
+    pytest.param(["--seeds", "a,b"], "expected N or a comma-separated list", id="seeds-not-numbers"),
+    pytest.param(["--seeds", "0"], "for seed 0 alone write --seeds 1", id="seeds-zero"),
+    pytest.param(["--device", "tpu"], "expected auto, cpu, cuda", id="device"),
+    pytest.param(["--data-dir", "{tmp}/nowhere"], "nowhere", id="data-dir-missing"),
+    # checked before any fine-tuning starts
+    pytest.param(["--budget", "heads:500"], "the model has 72 heads", id="budget-above-the-models-heads"),
+    pytest.param(["--option", "michel.mode=iterativ", "--methods", "michel"], "michel: option mode must be one of",
+                 id="option-value-not-allowed"),
+    pytest.param(["--option", "michel.mode=iterative", "--methods", "random"], "method 'michel' is not in --methods",
+                 id="option-for-a-method-not-run"),
+    pytest.param(["--model", "{tmp}/no-model-here"], "no model folder there", id="model-folder-missing"),
+])
+def test_cli_refuses_bad_options_before_making_a_run_folder(extra, message, glue_dir, tmp_path):
+    """Each bad option is refused with its message, and no run folder is left behind ({tmp}: this test's
+    tmp_path)."""
+    extra = [arg.replace("{tmp}", str(tmp_path)) for arg in extra]
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--out", str(tmp_path / "o"),
+                                    "--data-dir", str(glue_dir), *extra])
+    assert res.exit_code != 0, extra
+    assert message in res.output, (extra, res.output)
+    assert not (tmp_path / "o").exists(), f"{extra}: a refused run left a run folder behind"
 
 
 def test_under_a_matched_budget_only_methods_that_match_it_wait_for_its_setter(glue_dir, tmp_path):

@@ -1,4 +1,5 @@
-"""Tests of headprune_bench.benchmark.stats against values computed independently (definitions, closed forms, statsmodels).
+"""Tests of headprune_bench.benchmark.stats against values computed independently (definitions, closed forms,
+statsmodels).
 
 Fast: the whole file runs in a few seconds (small bootstrap sizes where the property allows).
 """
@@ -222,13 +223,17 @@ def test_two_level_bootstrap_estimate_and_coverage():
     assert hits / 60 >= 0.85
 
 
-def test_two_level_bootstrap_errors():
+@pytest.mark.parametrize("a, b, labels, metric", [
+    ([[0, 1]], [[0, 1], [1, 1]], [[0, 1]], "accuracy"),
+    ([[0, 1]], [[0, 1, 1]], [[0, 1]], "accuracy"),
+    ([[0, 1]], [[0, 1]], [[0, 1]], "f1"),
+], ids=["seed-counts-differ", "example-counts-differ", "unknown-metric"])
+def test_two_level_bootstrap_errors(a, b, labels, metric):
     with pytest.raises(ValueError):
-        stats.two_level_bootstrap([[0, 1]], [[0, 1], [1, 1]], [[0, 1]], "accuracy")
-    with pytest.raises(ValueError):
-        stats.two_level_bootstrap([[0, 1]], [[0, 1, 1]], [[0, 1]], "accuracy")
-    with pytest.raises(ValueError):
-        stats.two_level_bootstrap([[0, 1]], [[0, 1]], [[0, 1]], "f1")
+        stats.two_level_bootstrap(a, b, labels, metric)
+
+
+def test_two_level_bootstrap_of_no_seeds_is_nan():
     assert math.isnan(stats.two_level_bootstrap([], [], [], "accuracy")["estimate"])
 
 

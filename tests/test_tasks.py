@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -102,14 +103,15 @@ def test_resolve_tasks_group_and_list():
     assert [t.name for t in resolve_tasks("rte,glue-small,rte")] == ["rte", "mrpc", "cola", "wnli"]
 
 
-def test_resolve_tasks_did_you_mean():
-    with pytest.raises(DataError, match=r"unknown task 'mrcp' \(did you mean 'mrpc'\?\); known: cola, mrpc"):
-        resolve_tasks("mrcp")
-    with pytest.raises(ValueError) as info:
-        resolve_tasks("cola,sst2x")
-    assert "did you mean" not in str(info.value) and "glue-small" in str(info.value)
-    with pytest.raises(DataError, match="empty task option"):
-        resolve_tasks(" , ")
+@pytest.mark.parametrize("spec, error, match, absent", [
+    ("mrcp", DataError, r"unknown task 'mrcp' \(did you mean 'mrpc'\?\); known: cola, mrpc", None),
+    ("cola,sst2x", ValueError, "glue-small", "did you mean"),
+    (" , ", DataError, "empty task option", None),
+], ids=["did-you-mean", "no-close-name", "empty"])
+def test_resolve_tasks_did_you_mean(spec, error, match, absent):
+    with pytest.raises(error, match=match) as info:
+        resolve_tasks(spec)
+    assert absent is None or absent not in str(info.value)
 
 
 def test_resolve_data_dir(monkeypatch, tmp_path):
@@ -331,87 +333,46 @@ def test_small_valid_files_with_bom_blank_line_and_quotes(tmp_path):
     assert cola_data["validation"]["label"] == [1, 0]
 
 
-def test_missing_data_dir(tmp_path):
-    missing = tmp_path / "nowhere"
-    with pytest.raises(DataError, match="nowhere does not exist: set GLUE_DIR or pass --data-dir"):
-        load_task("rte", missing)
+MRPC_WITHOUT_2ND_STRING = MRPC_HEADER.replace("\t#2 String", "")
+COLA_SHORT_ROW = "gj04\t1\t\tFine.\ngj04\t1\tNo mark column.\n"
+WNLI_DIGIT_2 = f"{NLI_HEADER}\n0\tA.\tB.\t2\n"
 
 
-def test_missing_task_folder(tmp_path):
-    write_task(tmp_path, "MRPC", RTE_OK, RTE_OK)
-    with pytest.raises(DataError, match=r"task folder .*RTE not found.*subfolders present: MRPC"):
-        load_glue_local("rte", tmp_path)
-
-
-def test_missing_file(tmp_path):
-    write_task(tmp_path, "RTE", RTE_OK, None)
-    with pytest.raises(DataError, match=r"missing file .*RTE/dev\.tsv"):
-        load_glue_local("rte", tmp_path)
-
-
-@pytest.mark.parametrize("content", ["", "\n\n", BOM])
-def test_empty_file(tmp_path, content):
-    write_task(tmp_path, "RTE", content, RTE_OK)
-    with pytest.raises(DataError, match=r"RTE/train\.tsv is empty"):
-        load_glue_local("rte", tmp_path)
-
-
-def test_header_without_rows(tmp_path):
-    write_task(tmp_path, "RTE", RTE_OK, NLI_HEADER + "\n")
-    with pytest.raises(DataError, match=r"dev\.tsv has a header but no data rows"):
-        load_glue_local("rte", tmp_path)
-
-
-def test_missing_column(tmp_path):
-    header = MRPC_HEADER.replace("\t#2 String", "")
-    write_task(tmp_path, "MRPC", f"{header}\n1\t1\t2\tA .\n", None)
-    with pytest.raises(DataError, match=r"train\.tsv: missing column\(s\) '#2 String'"):
-        load_glue_local("mrpc", tmp_path)
-
-
-def test_extra_column(tmp_path):
-    text = f"{NLI_HEADER}\tnote\n0\tA.\tB.\tentailment\tx\n"
-    write_task(tmp_path, "RTE", RTE_OK, text)
-    with pytest.raises(DataError, match=r"dev\.tsv: unexpected column\(s\) 'note'"):
-        load_glue_local("rte", tmp_path)
-
-
-def test_cola_wrong_number_of_fields(tmp_path):
-    cola = "gj04\t1\t\tFine.\ngj04\t1\tNo mark column.\n"
-    write_task(tmp_path, "CoLA", cola, cola)
-    with pytest.raises(DataError, match=r"train\.tsv, line 2: 3 tab-separated fields, expected 4 \(source, label"):
-        load_glue_local("cola", tmp_path)
-
-
-def test_row_with_fields_unlike_header(tmp_path):
-    text = RTE_OK + "2\tA.\tB.\tentailment\textra\n"
-    write_task(tmp_path, "RTE", text, RTE_OK)
-    with pytest.raises(DataError, match=r"train\.tsv, line 4: 5 tab-separated fields, the header has 4"):
-        load_glue_local("rte", tmp_path)
-
-
-def test_unknown_label(tmp_path):
-    text = rte_file(("A.", "B.", "entailment"), ("C.", "D.", "contradiction"))
-    write_task(tmp_path, "RTE", RTE_OK, text)
-    with pytest.raises(DataError) as info:
-        load_glue_local("rte", tmp_path)
-    message = str(info.value)
-    assert "dev.tsv, line 3 (idx 1): unknown label 'contradiction'" in message
-    assert "allowed values: 'entailment' (entailment), 'not_entailment' (not_entailment)" in message
-
-
-def test_unknown_digit_label(tmp_path):
-    text = f"{NLI_HEADER}\n0\tA.\tB.\t2\n"
-    write_task(tmp_path, "WNLI", text, text)
-    with pytest.raises(DataError, match=r"unknown label '2'.*allowed values: '0' \(not_entailment\), '1' \(entailment\)"):
-        load_glue_local("wnli", tmp_path)
-
-
-def test_empty_text(tmp_path):
-    text = rte_file(("A.", "B.", "entailment"), ("C.", "  ", "not_entailment"))
-    write_task(tmp_path, "RTE", text, RTE_OK)
-    with pytest.raises(DataError, match=r"train\.tsv, line 3 \(idx 1\): empty text in column 'sentence2'"):
-        load_glue_local("rte", tmp_path)
+@pytest.mark.parametrize("load, task, folder, train, dev, match, also", [
+    # folder None: nothing is written and the data folder is <tmp_path>/nowhere
+    (load_task, "rte", None, None, None, "nowhere does not exist: set GLUE_DIR or pass --data-dir", ()),
+    (load_glue_local, "rte", "MRPC", RTE_OK, RTE_OK, r"task folder .*RTE not found.*subfolders present: MRPC", ()),
+    (load_glue_local, "rte", "RTE", RTE_OK, None, r"missing file .*RTE/dev\.tsv", ()),
+    (load_glue_local, "rte", "RTE", "", RTE_OK, r"RTE/train\.tsv is empty", ()),
+    (load_glue_local, "rte", "RTE", "\n\n", RTE_OK, r"RTE/train\.tsv is empty", ()),
+    (load_glue_local, "rte", "RTE", BOM, RTE_OK, r"RTE/train\.tsv is empty", ()),
+    (load_glue_local, "rte", "RTE", RTE_OK, NLI_HEADER + "\n", r"dev\.tsv has a header but no data rows", ()),
+    (load_glue_local, "mrpc", "MRPC", f"{MRPC_WITHOUT_2ND_STRING}\n1\t1\t2\tA .\n", None,
+     r"train\.tsv: missing column\(s\) '#2 String'", ()),
+    (load_glue_local, "rte", "RTE", RTE_OK, f"{NLI_HEADER}\tnote\n0\tA.\tB.\tentailment\tx\n",
+     r"dev\.tsv: unexpected column\(s\) 'note'", ()),
+    (load_glue_local, "cola", "CoLA", COLA_SHORT_ROW, COLA_SHORT_ROW,
+     r"train\.tsv, line 2: 3 tab-separated fields, expected 4 \(source, label", ()),
+    (load_glue_local, "rte", "RTE", RTE_OK + "2\tA.\tB.\tentailment\textra\n", RTE_OK,
+     r"train\.tsv, line 4: 5 tab-separated fields, the header has 4", ()),
+    (load_glue_local, "rte", "RTE", RTE_OK, rte_file(("A.", "B.", "entailment"), ("C.", "D.", "contradiction")),
+     re.escape("dev.tsv, line 3 (idx 1): unknown label 'contradiction'"),
+     ("allowed values: 'entailment' (entailment), 'not_entailment' (not_entailment)",)),
+    (load_glue_local, "wnli", "WNLI", WNLI_DIGIT_2, WNLI_DIGIT_2,
+     r"unknown label '2'.*allowed values: '0' \(not_entailment\), '1' \(entailment\)", ()),
+    (load_glue_local, "rte", "RTE", rte_file(("A.", "B.", "entailment"), ("C.", "  ", "not_entailment")), RTE_OK,
+     r"train\.tsv, line 3 \(idx 1\): empty text in column 'sentence2'", ()),
+], ids=["missing-data-dir", "missing-task-folder", "missing-file", "empty-file", "empty-file-blank-lines",
+        "empty-file-bom-only", "header-without-rows", "missing-column", "extra-column", "cola-wrong-number-of-fields",
+        "row-with-fields-unlike-header", "unknown-label", "unknown-digit-label", "empty-text"])
+def test_bad_local_files_are_refused_naming_what_is_wrong(tmp_path, load, task, folder, train, dev, match, also):
+    """Each case writes <tmp_path>/<folder>/{train,dev}.tsv (None: leaves the file out) and loads ``task``: a
+    DataError whose message matches ``match`` (a regular expression) and holds each string of ``also``."""
+    root = tmp_path / "nowhere" if folder is None else write_task(tmp_path, folder, train, dev)
+    with pytest.raises(DataError, match=match) as info:
+        load(task, root)
+    for text in also:
+        assert text in str(info.value)
 
 
 def test_one_class_dev_warns_but_loads(tmp_path):

@@ -1,4 +1,5 @@
-"""``--time-limit`` (headprune_bench.benchmark.execution.time_limit): durations, the estimates read from a folder's records, the fit rule.
+"""``--time-limit`` (headprune_bench.benchmark.execution.time_limit): durations, the estimates read from a folder's
+records, the fit rule.
 The runs that use it (serial and on Ray) are tested in test_parallel.py."""
 from __future__ import annotations
 
@@ -272,9 +273,9 @@ def test_another_machines_times_are_scaled_by_their_base_fine_tunes_of_the_same_
 
 
 def test_this_machines_estimate_wins_even_when_longer_and_a_slower_machine_scales_times_up():
-    """Rule 1 over rule 2 whichever is longer (here 5000 s, the 8-thread machine's 400 or 4000 s x 2); a machine without example counts
-    is compared in seconds (a machine 2x slower than the 8-thread one's 300 s: 600 s); a run with no machine of its own (a
-    cluster) reads the pool whatever the records name."""
+    """Rule 1 over rule 2 whichever is longer (here 5000 s, the 8-thread machine's 400 or 4000 s x 2); a machine
+    without example counts is compared in seconds (a machine 2x slower than the 8-thread one's 300 s: 600 s); a run
+    with no machine of its own (a cluster) reads the pool whatever the records name."""
     times = MachineTimes(here=EPYC)
     times.add_base("mrpc", {"wall_s": 600.0, "machine": EPYC[0], "threads": EPYC[1]})  # no example count
     times.add_base("mrpc", {"wall_s": 300.0, "machine": WIDE[0], "threads": WIDE[1]})
@@ -322,7 +323,7 @@ def test_machine_times_learn_their_records_one_by_one_as_the_folder_would_give_t
     assert MachineTimes.of_folder(list(reversed(records)), base, here=WIDE) == folder
     assert set(folder.machines) == {EPYC, WIDE} and folder.pooled == CellTimes.of_folder(records, base)
     learned = MachineTimes(here=WIDE)
-    for seed, info in enumerate((_info(580.0, *EPYC), _info(61.0, *WIDE), _info(700.0))):
+    for info in (_info(580.0, *EPYC), _info(61.0, *WIDE), _info(700.0)):
         learned.add_base("mrpc", info)
     for record in records:
         learned.add_record(record)
@@ -354,6 +355,8 @@ def test_the_status_board_module_imports_neither_torch_nor_transformers():
     """Ray starts a fresh process for each run's board actor, which imports the board's module and, to unpickle
     the run's limit, the time limit's: without torch it is ready in about a second, not the 5-20 s of importing
     torch before the run's first task may start."""
-    code = "import sys, headprune_bench.benchmark.execution.ray.status_board, headprune_bench.benchmark.execution.time_limit; print(sorted({'torch', 'transformers', 'ray'} & set(sys.modules)))"
+    code = ("import sys, headprune_bench.benchmark.execution.ray.status_board, "
+            "headprune_bench.benchmark.execution.time_limit; "
+            "print(sorted({'torch', 'transformers', 'ray'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,5 +1,5 @@
-"""Models crossing a process boundary (``headprune_bench.benchmark.execution.ray.transport``): a model unpacked in a fresh process gives the same
-logits and attention maps as the original, physically removed heads included.
+"""Models crossing a process boundary (``headprune_bench.benchmark.execution.ray.transport``): a model unpacked in a
+fresh process gives the same logits and attention maps as the original, physically removed heads included.
 
 Why it matters: a transformers-5 model unpickled in a process that never constructed its class answers
 ``output_attentions=True`` with ``attentions=None`` (its class's output recorders are registered in

@@ -184,12 +184,14 @@ def test_dsp_pipelined_trains_only_w():
     assert all(p.requires_grad for p in model.parameters())  # the base model's flags are untouched
 
 
-def test_dsp_needs_a_target_and_checks_options():
+@pytest.mark.parametrize("options, context, message", [
+    ({}, {"target_heads": None}, "needs a budget"),
+    ({"variant": "bogus"}, {}, "variant"),
+], ids=["no-budget", "variant"])
+def test_dsp_needs_a_target_and_checks_options(options, context, message):
     model = tiny_model()
-    with pytest.raises(ValueError, match="needs a budget"):
-        methods.create("dsp").prune(model, synthetic_context(model, target_heads=None))
-    with pytest.raises(ValueError, match="variant"):
-        methods.create("dsp", variant="bogus").prune(model, synthetic_context(model))
+    with pytest.raises(ValueError, match=message):
+        methods.create("dsp", **options).prune(model, synthetic_context(model, **context))
 
 
 # =========================================================================================== Voita

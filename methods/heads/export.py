@@ -1,11 +1,5 @@
-"""A pruned model as a Hugging Face folder that stock transformers loads (part of :mod:`headprune_bench.methods.heads`).
-
-:func:`export_pruned` removes the pruned heads physically (:func:`~headprune_bench.methods.heads.remove_heads`) from a copy of a
-sequence classifier of any supported family and saves it with its tokenizer and the file ``modeling_pruned.py``
-(:mod:`headprune_bench.methods.heads.modeling_pruned`, whose family class ``config.json``'s ``auto_map`` names), so that
-``AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)`` rebuilds the uneven
-per-layer head counts without this package.
-"""
+"""A pruned model as a Hugging Face folder that stock transformers loads with ``trust_remote_code=True`` (through
+the copied :mod:`~headprune_bench.methods.heads.modeling_pruned`), and as ONNX. See docs/heads.md ("Export")."""
 from __future__ import annotations
 
 import copy
@@ -21,32 +15,19 @@ REMOTE_FILE = "modeling_pruned.py"
 
 
 def _remote_classes() -> dict[str, type]:
-    """``config.model_type`` -> the class of :mod:`headprune_bench.methods.heads.modeling_pruned` named in ``auto_map`` (each
-    extends its family's stock classifier). Imported on first export: building those classes imports every family's
-    transformers module, about 2 s that ``import headprune_bench.methods.heads`` (every worker, every ``bench`` command) need not pay."""
+    """``config.model_type`` -> the :mod:`~headprune_bench.methods.heads.modeling_pruned` class (lazy import)."""
     from headprune_bench.methods.heads.modeling_pruned import CLASSES
 
     return CLASSES
 
 
 def export_pruned(model: nn.Module, mask: torch.Tensor, folder, tokenizer=None) -> Path:
-    """Write ``model`` with the heads of ``mask == 0`` physically removed to ``folder``; ``model`` is untouched.
-
-    Args:
-        model: a sequence classifier of a supported family (``BertForSequenceClassification``,
-            ``RobertaForSequenceClassification``, ``XLMRobertaForSequenceClassification``,
-            ``ElectraForSequenceClassification``, ``DistilBertForSequenceClassification``,
-            ``DebertaV2ForSequenceClassification``), full or partly pruned, on any device.
-        mask: binary ``[L, H]`` in original head indexing, 0 = remove (heads already removed stay removed).
-        folder: the output folder (created; files of the same names are overwritten).
-        tokenizer: optional Hugging Face tokenizer, saved beside so the folder is complete.
-
-    Returns:
-        the folder, holding ``config.json`` (``pruned_heads``, ``auto_map``), ``model.safetensors``, the tokenizer's
-        files and ``modeling_pruned.py``.
+    """Write a copy of ``model`` (a ``*ForSequenceClassification`` of a supported family, possibly partly pruned)
+    with the heads of ``mask == 0`` (binary ``[L, H]``, original indices) removed to ``folder``, with ``tokenizer``
+    if given. Returns the folder (``config.json``, ``model.safetensors``, ``modeling_pruned.py``).
 
     Raises:
-        ValueError: ``model`` is not one of those classes; a mask of the wrong shape or not binary.
+        ValueError: ``model`` is not such a classifier; a mask of the wrong shape or not binary.
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     stock = {t: cls.__bases__[-1] for t, cls in _remote_classes().items()}
@@ -78,26 +59,21 @@ class _LogitsOnly(nn.Module):
 
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-"""Every input an exported graph may take (:func:`onnx_inputs` says which one model's graph takes)."""
+"""Every input an exported graph may take."""
 
 
 def onnx_inputs(model: nn.Module) -> tuple[str, ...]:
-    """The inputs of ``model``'s ONNX graph: :data:`ONNX_INPUTS`, without ``token_type_ids`` for a model without
-    token type embeddings (DistilBERT; DeBERTa-v3's ``type_vocab_size`` 0), whose forward does not read them."""
+    """:data:`ONNX_INPUTS`, without ``token_type_ids`` for a model without token type embeddings."""
     uses_types = int(getattr(model.config, "type_vocab_size", 0) or 0) > 0
     return ONNX_INPUTS if uses_types else ONNX_INPUTS[:2]
 
 
 def export_onnx(model: nn.Module, path, example: dict[str, torch.Tensor]) -> Path:
-    """Write ``model`` (e.g. loaded from an :func:`export_pruned` folder) as an ONNX graph with the inputs
-    :func:`onnx_inputs` (each ``[batch, sequence]`` int64, both dimensions dynamic; ``token_type_ids``, where the
-    model has them, is 0 for the first sentence and 1 for the second, as the tokenizer returns them) and the output
-    ``logits`` (``[batch, num_labels]``), through ``torch.onnx.export(..., dynamo=True)``.
+    """Write ``model`` as an ONNX graph (``torch.onnx.export(..., dynamo=True)``): inputs :func:`onnx_inputs`, each
+    ``[batch, sequence]`` int64 with both dimensions dynamic; output ``logits`` ``[batch, num_labels]``.
 
-    Args:
-        model: a sequence classifier, fp32, on the CPU.
-        path: the ``.onnx`` file to write (large weights go to ``<path>.data`` beside it; keep the two together).
-        example: the inputs of one batch (traced; other shapes work afterwards).
+    ``model``: a sequence classifier, fp32, on the CPU; ``path``: the ``.onnx`` file (large weights go to
+    ``<path>.data`` beside it); ``example``: one batch's inputs, traced.
 
     Raises:
         ImportError: ``onnx`` / ``onnxscript`` are not installed (the ``onnx`` extra).

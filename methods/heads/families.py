@@ -1,21 +1,5 @@
-"""One layout adapter per encoder family, and :func:`get_layout`, which picks it by ``config.model_type`` (part of
-:mod:`headprune_bench.methods.heads`; import from there).
-
-What removing a head removes, per family (head h of layer l, d = head size; W_O's bias is never per head and stays):
-
-* BERT, RoBERTa, XLM-R, ELECTRA: rows ``h*d..(h+1)*d`` of ``attention.self.{query,key,value}`` (weights and
-  biases) and the same columns of ``attention.output.dense``. RoBERTa / XLM-R differ from BERT in embeddings and
-  classifier only, ELECTRA in its embedding projection and classifier: nothing per head.
-* DistilBERT: the same rows of ``attention.{q_lin,k_lin,v_lin}`` and columns of ``attention.out_lin``, which lives
-  in the same module (a layer without heads keeps it, so it adds its bias).
-* DeBERTa-v2/v3 (disentangled attention): the same rows of ``attention.self.{query,key,value}_proj`` and columns of
-  ``attention.output.dense``. The head's relative-position terms go with it: its content->position (c2p) and
-  position->content (p2c) scores project the shared relative-position embeddings through its own rows of
-  ``key_proj`` / ``query_proj`` (``share_att_key`` true) or of ``pos_key_proj`` / ``pos_query_proj``
-  (``share_att_key`` false; those rows are removed too). The relative-position embedding table and its LayerNorm are shared by
-  every head of every layer and stay. A masked or removed head contributes nothing to the layer's output either
-  way; the attention scale ``sqrt(d * scale_factor)`` depends on d only, so the other heads are unchanged.
-"""
+"""One layout adapter per encoder family, and :func:`get_layout`, which picks it by ``config.model_type``. What
+removing a head removes in each family: docs/heads.md ("Layouts and families")."""
 from __future__ import annotations
 
 from torch import nn
@@ -28,11 +12,8 @@ from headprune_bench.methods.heads.layout import (
 
 
 class BertLayout(HeadLayout):
-    """BERT: ``encoder.layer[l].attention.self.{query,key,value}`` and ``.attention.output.dense``.
-
-    Accepts ``BertModel``, any ``Bert*`` task model (``BertForSequenceClassification``, ...), or anything whose
-    ``.base_model`` is such an encoder. Source: HF transformers ``modeling_bert.py``.
-    """
+    """BERT (``modeling_bert.py``): ``encoder.layer[l].attention.self.{query,key,value}`` and
+    ``.attention.output.dense``, in ``BertModel``, a ``Bert*`` task model or anything whose ``.base_model`` is one."""
 
     family = "bert"
     model_types = ("bert",)
@@ -65,32 +46,27 @@ class BertLayout(HeadLayout):
 
 
 class RobertaLayout(BertLayout):
-    """RoBERTa and XLM-R: BERT's module names (``RobertaSelfAttention`` ...); other embeddings (position ids after
-    the padding index) and a classification head on [CLS] without a pooler. Source: ``modeling_roberta.py``,
-    ``modeling_xlm_roberta.py``."""
+    """RoBERTa and XLM-R (``modeling_roberta.py``, ``modeling_xlm_roberta.py``): BERT's module names."""
 
     family = "roberta"
     model_types = ("roberta", "xlm-roberta")
 
     @classmethod
     def max_tokens(cls, config) -> int | None:
-        """Position ids start after the padding index: ``max_position_embeddings - pad_token_id - 1`` tokens (512 for
-        ``roberta-base``'s 514)."""
+        """``max_position_embeddings - pad_token_id - 1`` (position ids start after the padding index)."""
         return int(config.max_position_embeddings) - int(config.pad_token_id or 0) - 1
 
 
 class ElectraLayout(BertLayout):
-    """ELECTRA (discriminator): BERT's module names; embeddings of ``embedding_size`` projected to the hidden size
-    when they differ, and a classification head without a pooler. Source: ``modeling_electra.py``."""
+    """ELECTRA discriminator (``modeling_electra.py``): BERT's module names."""
 
     family = "electra"
     model_types = ("electra",)
 
 
 class DistilBertLayout(HeadLayout):
-    """DistilBERT: ``transformer.layer[l].attention.{q_lin,k_lin,v_lin,out_lin}``: W_O (``out_lin``) belongs to the
-    self-attention module, so a layer without heads keeps it in the stand-in. No token type embeddings.
-    Source: ``modeling_distilbert.py``."""
+    """DistilBERT (``modeling_distilbert.py``): ``transformer.layer[l].attention.{q_lin,k_lin,v_lin,out_lin}``, W_O
+    (``out_lin``) inside the self-attention module."""
 
     family = "distilbert"
     model_types = ("distilbert",)
@@ -125,10 +101,8 @@ class DistilBertLayout(HeadLayout):
 
 
 class DebertaV2Layout(BertLayout):
-    """DeBERTa-v2 and v3: ``encoder.layer[l].attention.self.{query,key,value}_proj`` (``DisentangledSelfAttention``)
-    and ``.attention.output.dense``; with ``share_att_key`` False, ``pos_key_proj`` / ``pos_query_proj`` are
-    per-head projections too. Eager attention only (the family has no SDPA path). See the module docstring for
-    what removing a head removes. Source: ``modeling_deberta_v2.py``."""
+    """DeBERTa-v2 and v3 (``modeling_deberta_v2.py``): ``encoder.layer[l].attention.self.{query,key,value}_proj``,
+    also ``pos_key_proj`` / ``pos_query_proj`` when ``share_att_key`` is False, and ``.attention.output.dense``."""
 
     family = "deberta-v2"
     model_types = ("deberta-v2",)
@@ -140,8 +114,7 @@ class DebertaV2Layout(BertLayout):
 
     @classmethod
     def max_tokens(cls, config) -> int | None:
-        """``max_position_embeddings`` with absolute positions (``position_biased_input``); none without (v3: only
-        relative positions)."""
+        """``max_position_embeddings`` with absolute positions (``position_biased_input``), else None."""
         return int(config.max_position_embeddings) if getattr(config, "position_biased_input", True) else None
 
     def head_projections(self, layer: int) -> dict[str, nn.Linear]:
@@ -180,7 +153,7 @@ def supported_model_types() -> tuple[str, ...]:
 
 
 def layout_class(model_type: str | None, what: str = "the model") -> type[HeadLayout]:
-    """The adapter class for ``model_type`` (no weights needed: checked before a model loads).
+    """The adapter class for ``model_type`` (no model needed).
 
     Raises:
         UnsupportedArchitectureError: no adapter; the message names ``what`` and the supported model types.

@@ -1,11 +1,5 @@
-"""The layout-adapter interface (where an encoder keeps its attention modules; one implementation per family in
-:mod:`headprune_bench.methods.heads.families`) and the ``[L, H]`` mask <-> ``config.pruned_heads`` helpers (part of
-:mod:`headprune_bench.methods.heads`; import from there).
-
-Head indices are always ORIGINAL indices ``0..H-1``; ``model.config.pruned_heads`` records the physically removed
-heads as ``{str(layer): sorted list of original head indices}``, like ``config.pruned_heads`` in HF transformers 4.x.
-Notation: L layers, H heads per layer (original), d head size.
-"""
+"""The layout-adapter interface :class:`HeadLayout` and the ``[L, H]`` mask <-> ``config.pruned_heads`` helpers
+(original head indices ``0..H-1`` throughout). See docs/heads.md ("Layouts and families")."""
 
 from __future__ import annotations
 
@@ -14,50 +8,22 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-# --------------------------------------------------------------------------------------------
-# Architecture adapter: the interface every encoder family implements (headprune_bench.methods.heads.families)
-# --------------------------------------------------------------------------------------------
-
 
 class UnsupportedArchitectureError(ValueError):
-    """Raised when a model's family has no layout adapter, or its modules are not where the adapter expects.
-
-    The message names the model class, the ``config.model_type`` found and the supported model types.
-    """
+    """A model's family has no layout adapter, or its modules are not where the adapter expects them."""
 
 
 class HeadLayout:
-    """Where an encoder family keeps its layers, heads, Q/K/V and attention output projection, and how its
-    modules change when heads are removed. One subclass per family (:mod:`headprune_bench.methods.heads.families`); everything
-    else (masking, zeroing, removal, export, every method) goes through this interface only.
+    """Where an encoder family keeps its layers, per-head projections (Q/K/V, DeBERTa's position projections) and
+    attention output projection W_O, and how they change when heads go; one subclass per family. Per-head
+    projections have d output rows per head; W_O has d input columns per head and a bias that stays.
 
-    The interface, per layer ``l`` (ORIGINAL head indices ``0..H-1`` everywhere):
-
-    * :meth:`encoder_layers` the ``nn.ModuleList`` of L layers; :meth:`self_attention` the module that holds the
-      per-head projections (replaced by an empty stand-in when every head goes);
-    * :meth:`head_projections`: every Linear whose output rows come in per-head blocks of d rows, by attribute
-      name on the self-attention module (Q, K, V, and DeBERTa's separate relative-position projections);
-      :meth:`query` / :meth:`key` / :meth:`value`;
-    * :meth:`output_dense` / :meth:`set_output_dense`: the attention output projection W_O, whose input columns
-      come in per-head blocks (its bias is not per head and stays);
-    * :meth:`set_head_count` the module attributes that count heads; :meth:`empty_self_attention` the stand-in
-      of a layer without heads (its attention block then adds only W_O's bias).
-
-    Class attributes:
-        family (str): the family's name; model_types (tuple[str, ...]): the ``config.model_type`` values served;
-        projection_names (tuple[str, str, str]): attribute names of Q, K, V on the self-attention module;
-        attn_implementations (tuple[str, ...]): attention kernels the family's classes offer (``"eager"`` first);
-        removes (str): what removing a head removes, in words (README, closing notes).
-
-    Instance attributes (from the ORIGINAL, unpruned architecture in ``model.config``):
-        num_layers (int): L. num_heads (int): H. head_size (int): d. hidden_size (int): model width.
-        base: the encoder (``model.base_model``: embeddings + layers). config: ``model.config``.
+    Attributes: family, model_types (``config.model_type`` values served), projection_names (Q, K, V),
+    attn_implementations, removes (in words); num_layers (L), num_heads (H), head_size (d), hidden_size (all of
+    the unpruned architecture), base (``model.base_model``), config.
 
     Raises:
-        UnsupportedArchitectureError: ``config.model_type`` is not one of :attr:`model_types`, or the modules are
-            not where the family keeps them.
-
-    Source: protocol.md §9; the family's ``modeling_*.py`` in HF transformers (module names).
+        UnsupportedArchitectureError: another ``model_type``, or the modules are not where the family keeps them.
     """
 
     family: ClassVar[str] = ""
@@ -91,14 +57,12 @@ class HeadLayout:
 
     @staticmethod
     def head_size_of(config) -> int:
-        """d: ``config.attention_head_size`` when the config sets it (a DeBERTa-v2 field; transformers 5.24 builds but
-        cannot run a model whose d differs from hidden // H), else hidden // H."""
+        """d: ``config.attention_head_size`` when set (DeBERTa-v2), else hidden // H."""
         return int(getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads)
 
     @classmethod
     def max_tokens(cls, config) -> int | None:
-        """The longest input (tokens) the family's embeddings take: ``max_position_embeddings`` (RoBERTa / XLM-R:
-        fewer, see :class:`~headprune_bench.methods.heads.families.RobertaLayout`); None when no absolute position limits it."""
+        """The longest input (tokens) the embeddings take; None when no absolute position limits it."""
         return int(config.max_position_embeddings)
 
     def _find_base(self, model: nn.Module) -> nn.Module | None:
@@ -110,10 +74,7 @@ class HeadLayout:
                 return candidate
         return None
 
-    # ------------------------------------------------------------------ what a family defines
-
     def _layers_of(self, base: nn.Module) -> nn.ModuleList | None:
-        """The ModuleList of layers of a candidate encoder, or None."""
         raise NotImplementedError
 
     def self_attention(self, layer: int) -> nn.Module:
@@ -121,7 +82,6 @@ class HeadLayout:
         raise NotImplementedError
 
     def set_self_attention(self, layer: int, module: nn.Module) -> None:
-        """Replace the self-attention module of ``layer``."""
         raise NotImplementedError
 
     def output_dense(self, layer: int) -> nn.Linear:
@@ -129,7 +89,6 @@ class HeadLayout:
         raise NotImplementedError
 
     def set_output_dense(self, layer: int, linear: nn.Linear) -> None:
-        """Replace W_O of ``layer``."""
         raise NotImplementedError
 
     def set_head_count(self, layer: int, heads: int) -> None:
@@ -139,19 +98,15 @@ class HeadLayout:
         module.all_head_size = heads * self.head_size
 
     def empty_self_attention(self, layer: int, projections: dict[str, nn.Linear], output: nn.Linear) -> nn.Module:
-        """The stand-in for ``layer``'s self-attention once every head is removed (zero-width ``projections``,
-        ``output`` the sliced W_O with 0 input columns)."""
+        """The stand-in for ``layer``'s self-attention without heads (zero-width ``projections``, W_O ``output``)."""
         return EmptySelfAttention(projections, self.projection_names[2], self.head_size)
-
-    # ------------------------------------------------------------------ derived, the same for every family
 
     def encoder_layers(self) -> nn.ModuleList:
         """The encoder's ``nn.ModuleList`` of L transformer layers."""
         return self._layers_of(self.base)
 
     def head_projections(self, layer: int) -> dict[str, nn.Linear]:
-        """Every Linear of the self-attention module whose output rows are per-head blocks of d rows, by attribute
-        name (Q, K, V first)."""
+        """Every per-head Linear of the self-attention module, by attribute name (Q, K, V first)."""
         module = self.self_attention(layer)
         return {name: getattr(module, name) for name in self.projection_names}
 
@@ -168,10 +123,7 @@ class HeadLayout:
         return getattr(self.self_attention(layer), self.projection_names[2])
 
     def heads_present(self, layer: int) -> list[int]:
-        """Sorted ORIGINAL indices of the heads of ``layer`` still physically present.
-
-        Read from ``config.pruned_heads`` (keys may be ``str`` or ``int``).
-        """
+        """Sorted original indices of the heads of ``layer`` still present (from ``config.pruned_heads``)."""
         removed = pruned_heads_dict(self.config).get(layer, [])
         return [h for h in range(self.num_heads) if h not in removed]
 
@@ -185,21 +137,9 @@ class HeadLayout:
 
 
 class EmptySelfAttention(nn.Module):
-    """Stand-in for a self-attention module whose heads were all removed.
-
-    Keeps the zero-width per-head projections (``[0, hidden]`` weights, no parameters counted) under their
-    family's attribute names, so the state-dict keys and the layout accessors stay uniform. ``forward`` returns
-    ``([B, T, 0] tensor, None)``, or, when the family keeps W_O inside the self-attention module (DistilBERT's
-    ``out_lin``), ``(W_O([B, T, 0]), None)``: W_O's bias broadcast to ``[B, T, hidden]``. With
-    ``output_attentions=True`` such a layer contributes no attention map (transformers records only its own
-    attention classes).
-
-    Args:
-        projections: ``{attribute name: zero-width Linear}``.
-        value_name: which of them is the value projection.
-        head_size: d.
-        output: ``(attribute name, W_O)`` when W_O belongs to this module, else None.
-    """
+    """Stand-in for a self-attention module whose heads were all removed (docs/heads.md, "Physical removal"):
+    ``projections`` ``{name: zero-width Linear}``, the value projection's ``value_name``, ``head_size`` d, and
+    ``output`` ``(name, W_O)`` when W_O belongs to this module (else None)."""
 
     def __init__(self, projections: dict[str, nn.Linear], value_name: str, head_size: int,
                  output: tuple[str, nn.Linear] | None = None):
@@ -216,16 +156,11 @@ class EmptySelfAttention(nn.Module):
         self.all_head_size = 0
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        """``hidden_states`` ``[B, T, hidden]`` -> (``[B, T, 0]`` or ``[B, T, hidden]``, no attention weights)."""
+        """``[B, T, hidden]`` -> (``[B, T, 0]``, or W_O's bias ``[B, T, hidden]`` when ``output`` was given; None)."""
         out = getattr(self, self.value_name)(hidden_states)
         if self.output_name is not None:
             out = getattr(self, self.output_name)(out)
         return out, None
-
-
-# --------------------------------------------------------------------------------------------
-# Mask <-> pruned-heads helpers
-# --------------------------------------------------------------------------------------------
 
 
 def pruned_heads_dict(config) -> dict[int, list[int]]:
@@ -240,16 +175,8 @@ def pruned_heads_dict(config) -> dict[int, list[int]]:
 
 
 def mask_from_pruned_heads(pruned: dict, num_layers: int, num_heads: int) -> torch.Tensor:
-    """Build a float32 ``[L, H]`` mask: 0 for each pruned head, 1 elsewhere.
-
-    Args:
-        pruned: ``{layer: [heads]}``; keys may be ``int`` or ``str`` (as in a saved config),
-            values a list of original head indices (a bare ``int`` is accepted too).
-        num_layers, num_heads: L and H.
-
-    Raises:
-        ValueError: a layer or head index is out of range.
-    """
+    """Float32 ``[L, H]`` mask, 0 for each head of ``pruned`` (``{layer: [heads]}``, ``int`` or ``str`` keys, a bare
+    ``int`` allowed), 1 elsewhere. Raises ValueError: a layer or head index out of range."""
     mask = torch.ones(num_layers, num_heads, dtype=torch.float32)
     for layer, heads in pruned.items():
         layer = int(layer)
@@ -263,10 +190,7 @@ def mask_from_pruned_heads(pruned: dict, num_layers: int, num_heads: int) -> tor
 
 
 def pruned_heads_from_mask(mask: torch.Tensor) -> dict[int, list[int]]:
-    """``{layer: sorted list of heads with mask == 0}`` for an ``[L, H]`` mask.
-
-    Only layers with at least one pruned head appear. Values are always lists, never bare ints
-    (the ``.squeeze().tolist()`` pitfall of methods.md §0.2).
+    """``{layer: sorted list of heads with mask == 0}`` of an ``[L, H]`` mask, layers with a pruned head only.
 
     Raises:
         ValueError: ``mask`` is not 2-D.

@@ -1,9 +1,5 @@
-"""Head masks (gates) through forward pre-hooks on the attention output projection (part of :mod:`headprune_bench.methods.heads`;
-import from there). A pruned head contributes exactly zero to the concatenated head outputs ``[B, T, H*d]`` that
-enter the output projection; the projection's bias stays (protocol.md §9; methods.md §0.1).
-
-Notation: L layers, H heads per layer, d head size, B batch, T tokens.
-"""
+"""Head masks (gates) through forward pre-hooks on the attention output projection; a pruned head contributes
+exactly zero to the head outputs that enter it, its bias stays. See docs/heads.md ("Masking by hooks")."""
 
 from __future__ import annotations
 
@@ -13,14 +9,9 @@ from torch import nn
 from headprune_bench.methods.heads.families import get_layout
 from headprune_bench.methods.heads.layout import HeadLayout
 
-# --------------------------------------------------------------------------------------------
-# Masking (gates) via forward pre-hooks on the attention output projection
-# --------------------------------------------------------------------------------------------
-
 
 def _check_gate_mask(layout: HeadLayout, mask) -> torch.Tensor:
-    """Validate a gate mask ``[L, H]``, ``[B, L, H]`` or ``[B, T, L, H]``; keep it as given
-    (same tensor object, so gradients reach the caller's leaf)."""
+    """Validate an ``[L, H]``, ``[B, L, H]`` or ``[B, T, L, H]`` mask; the same tensor object, for its gradients."""
     if not isinstance(mask, torch.Tensor):
         mask = torch.as_tensor(mask, dtype=torch.float32)
     lh = (layout.num_layers, layout.num_heads)
@@ -35,15 +26,8 @@ def _check_gate_mask(layout: HeadLayout, mask) -> torch.Tensor:
 
 
 class HeadMask:
-    """Handle for a head mask applied by :func:`apply_head_mask`; also a context manager.
-
-    Attributes:
-        mask (torch.Tensor): ``[L, H]``, ``[B, L, H]`` or ``[B, T, L, H]``; 1 keep, 0 prune,
-            fractional values act as gates. The hooks read ``self.mask`` at every forward, so a
-            mask that requires grad receives d loss / d mask (Michel et al. 2019 §2 gate).
-
-    ``with apply_head_mask(model, m) as hm: ...`` removes the hooks on exit.
-    """
+    """Handle of a head mask applied by :func:`apply_head_mask`; a context manager that removes the hooks on exit.
+    ``mask`` (``[L, H]``, ``[B, L, H]`` or ``[B, T, L, H]``) is read at every forward, gradients included."""
 
     def __init__(self, layout: HeadLayout, mask: torch.Tensor):
         self.layout = layout
@@ -51,11 +35,7 @@ class HeadMask:
         self._handles: list = []
 
     def set_mask(self, mask: torch.Tensor) -> None:
-        """Replace the mask used by subsequent forwards (same shape rules as apply_head_mask).
-
-        Raises:
-            ValueError: wrong shape.
-        """
+        """Replace the mask of later forwards; ValueError on a wrong shape."""
         self.mask = _check_gate_mask(self.layout, mask)
 
     def remove(self) -> None:
@@ -87,36 +67,25 @@ class HeadMask:
                     f"[B, T]={[batch, tokens]}"
                 )
             gate = mask[:, :, layer][..., None]
-        # Differentiable move/cast: gradients flow back to self.mask.
         return gate.to(device=x.device, dtype=x.dtype)
 
 
 def apply_head_mask(model: nn.Module, mask: torch.Tensor) -> HeadMask:
-    """Mask attention heads by gating their outputs before the attention output projection.
-
-    Registers one forward pre-hook per layer on ``output_dense`` (W_O). Its input
-    ``[B, T, H*d]`` is viewed as ``[B, T, H, d]`` and multiplied by the layer's gate, so a head
-    with gate 0 contributes exactly 0 and W_O's bias stays (protocol.md §9). Independent of the
-    attention implementation (eager, SDPA, ...). An all-ones mask is bit-identical to no mask
-    (multiplication by 1.0 is exact).
+    """Mask heads by multiplying W_O's input ``[B, T, H*d]``, viewed as ``[B, T, H, d]``, by each layer's gate
+    (one forward pre-hook per layer; any attention implementation; Michel et al. 2019 §2, docs/protocol.md §9).
 
     Args:
-        model: a model of a supported family (:func:`~headprune_bench.methods.heads.families.get_layout`), not physically pruned.
-        mask: float tensor, 1 keep, 0 prune, fractional = gate. Shapes: ``[L, H]`` (all
-            examples), ``[B, L, H]`` (per example: one backward gives per-example gate
-            gradients), ``[B, T, L, H]`` (per token). Moved/cast to the hidden states'
-            device/dtype inside the hook, differentiably.
+        model: a model of a supported family, not physically pruned.
+        mask: float, 1 keep, 0 prune, fractional = gate; ``[L, H]``, ``[B, L, H]`` (per example) or
+            ``[B, T, L, H]`` (per token), moved to the hidden states' device and dtype differentiably.
 
     Returns:
         :class:`HeadMask` handle (``.set_mask``, ``.remove``, context manager).
 
     Raises:
         UnsupportedArchitectureError: not a model of a supported family.
-        ValueError: wrong mask shape (message names the expected ``[L, H]``), or the model has
-            physically removed heads (masking a pruned model is not supported). A ``[B, ...]``
-            mask whose B (or T) does not match the input raises ValueError at forward time.
-
-    Source: protocol.md §9; methods.md §0.1; Michel et al. 2019 §2 (gate xi_h on each head).
+        ValueError: wrong mask shape, or a physically pruned model; at forward time, a B or T that does not
+            match the input.
     """
     layout = get_layout(model)
     if layout.is_pruned():

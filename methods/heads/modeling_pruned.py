@@ -1,20 +1,6 @@
-"""Sequence classifiers with attention heads physically removed, loadable by stock transformers: BERT, RoBERTa,
-XLM-R, ELECTRA, DistilBERT and DeBERTa-v2/v3.
-
-This file is copied into every folder that headprune-bench exports (``bench export``); it needs only torch and
-transformers (5.x) and imports nothing of headprune-bench. Load the folder with::
-
-    from transformers import AutoModelForSequenceClassification
-    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
-
-``config.json`` names the family's class in ``auto_map`` and lists the removed heads in ``pruned_heads``
-(``{"layer": [original head indices]}``). The stock classes cannot load such a folder: since transformers 5 they
-build every layer with ``num_attention_heads`` heads, so uneven layers fail with a size mismatch. These classes
-build each layer with the heads it kept, in their original order: a layer of k kept heads has per-head
-projections (Q/K/V; DeBERTa's ``pos_key_proj`` / ``pos_query_proj`` when present) of ``k * head_size`` rows and an
-attention output projection of ``k * head_size`` input columns (its bias kept whole); a layer that kept no head
-has zero-width projections and its attention block adds only that bias (``EmptySelfAttention``). The arithmetic
-is the one of transformers 4's ``prune_heads``.
+"""Sequence classifiers with attention heads physically removed, loadable by stock transformers (5.x) from a
+folder that ``bench export`` wrote: ``AutoModelForSequenceClassification.from_pretrained(folder,
+trust_remote_code=True)``. Copied into every such folder; imports nothing of headprune-bench.
 """
 from __future__ import annotations
 
@@ -30,8 +16,7 @@ from transformers import (
     XLMRobertaForSequenceClassification,
 )
 
-#: Per family: (path of the layers from the encoder, path of the self-attention module from a layer, its Q/K/V
-#: attribute names, path of the attention output projection from a layer, head-count attributes).
+#: Per family: (layers, self-attention from a layer, Q/K/V names, W_O from a layer, head-count attributes).
 FAMILIES = {
     "bert": ("encoder.layer", "attention.self", ("query", "key", "value"), "attention.output.dense",
              ("num_attention_heads", "all_head_size")),
@@ -45,9 +30,7 @@ POSITION_PROJECTIONS = ("pos_key_proj", "pos_query_proj")  # DeBERTa-v2 without 
 
 
 class EmptySelfAttention(nn.Module):
-    """The self-attention of a layer without heads: ``[B, T, hidden]`` -> ``[B, T, 0]``, or W_O's bias when W_O
-    belongs to the module (DistilBERT's ``out_lin``); no attention weights. Zero-width projections keep the
-    checkpoint's parameter names."""
+    """Self-attention without heads: ``[B, T, hidden]`` -> ``[B, T, 0]`` (or W_O's bias, DistilBERT), no weights."""
 
     def __init__(self, projections: dict, value_name: str, head_size: int, output: tuple | None = None) -> None:
         super().__init__()
@@ -90,8 +73,8 @@ def _resolve(module: nn.Module, path: str) -> tuple[nn.Module, str]:
 
 
 def shrink(model: nn.Module) -> nn.Module:
-    """Rebuild, in place, the attention modules of ``model`` (a freshly built classifier of a family in
-    :data:`FAMILIES`) with the per-layer head counts of ``model.config.pruned_heads``; returns ``model``."""
+    """Rebuild, in place, the attention modules of a freshly built ``model`` with the head counts of
+    ``config.pruned_heads``; returns ``model``."""
     config = model.config
     layers_path, self_path, names, output_path, count_names = FAMILIES[config.model_type]
     hidden = config.hidden_size
@@ -133,27 +116,27 @@ class _KeptHeads:
 
 
 class PrunedBertForSequenceClassification(_KeptHeads, BertForSequenceClassification):
-    """``BertForSequenceClassification`` whose layers have the head counts of ``config.pruned_heads``."""
+    """``BertForSequenceClassification`` with the head counts of ``config.pruned_heads``."""
 
 
 class PrunedRobertaForSequenceClassification(_KeptHeads, RobertaForSequenceClassification):
-    """``RobertaForSequenceClassification`` whose layers have the head counts of ``config.pruned_heads``."""
+    """``RobertaForSequenceClassification`` with the head counts of ``config.pruned_heads``."""
 
 
 class PrunedXLMRobertaForSequenceClassification(_KeptHeads, XLMRobertaForSequenceClassification):
-    """``XLMRobertaForSequenceClassification`` whose layers have the head counts of ``config.pruned_heads``."""
+    """``XLMRobertaForSequenceClassification`` with the head counts of ``config.pruned_heads``."""
 
 
 class PrunedElectraForSequenceClassification(_KeptHeads, ElectraForSequenceClassification):
-    """``ElectraForSequenceClassification`` whose layers have the head counts of ``config.pruned_heads``."""
+    """``ElectraForSequenceClassification`` with the head counts of ``config.pruned_heads``."""
 
 
 class PrunedDistilBertForSequenceClassification(_KeptHeads, DistilBertForSequenceClassification):
-    """``DistilBertForSequenceClassification`` whose layers have the head counts of ``config.pruned_heads``."""
+    """``DistilBertForSequenceClassification`` with the head counts of ``config.pruned_heads``."""
 
 
 class PrunedDebertaV2ForSequenceClassification(_KeptHeads, DebertaV2ForSequenceClassification):
-    """``DebertaV2ForSequenceClassification`` whose layers have the head counts of ``config.pruned_heads``."""
+    """``DebertaV2ForSequenceClassification`` with the head counts of ``config.pruned_heads``."""
 
 
 #: ``config.model_type`` -> the class of this file that loads it (``auto_map``).

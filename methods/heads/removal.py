@@ -1,11 +1,5 @@
-"""Physical head removal, its in-place equivalent (zeroed value weights), save/load of pruned models and parameter
-counts (part of :mod:`headprune_bench.methods.heads`; import from there).
-
-Removing a head (:func:`remove_heads`) equals zeroing its value weights and bias (:func:`zero_value_heads`) and
-equals masking it (:func:`headprune_bench.methods.heads.apply_head_mask`), protocol.md §9. A layer may lose all its heads; its
-attention block then adds only the output-projection bias. Notation: L layers, H heads per layer (original), d head
-size, B batch, T tokens.
-"""
+"""Physical head removal, its in-place equivalent (zeroed value weights), save/load of pruned models and
+parameter counts. See docs/heads.md ("Physical removal", "FLOPs and parameters")."""
 
 from __future__ import annotations
 
@@ -18,13 +12,9 @@ from torch import nn
 from headprune_bench.methods.heads.families import get_layout
 from headprune_bench.methods.heads.layout import HeadLayout, mask_from_pruned_heads, pruned_heads_dict
 
-# --------------------------------------------------------------------------------------------
-# In-place weight edits
-# --------------------------------------------------------------------------------------------
-
 
 def _check_structural_mask(layout: HeadLayout, mask) -> torch.Tensor:
-    """Validate a binary ``[L, H]`` mask for weight edits; return it as a CPU tensor."""
+    """A binary ``[L, H]`` mask as a CPU tensor, or ValueError."""
     mask = torch.as_tensor(mask).detach().cpu()
     expected = (layout.num_layers, layout.num_heads)
     if tuple(mask.shape) != expected:
@@ -37,50 +27,24 @@ def _check_structural_mask(layout: HeadLayout, mask) -> torch.Tensor:
 
 
 def _head_rows(positions: list[int], head_size: int) -> torch.Tensor:
-    """Row indices ``[len(positions)*d]`` covering the given head positions."""
+    """Row indices ``[len(positions)*d]`` of the given head positions."""
     return torch.tensor(
         [p * head_size + i for p in positions for i in range(head_size)], dtype=torch.long
     )
 
 
 def zero_value_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
-    """Zero, in place, the value-projection weight rows and bias entries of pruned heads.
-
-    Equivalent to masking with ``mask`` (protocol.md §9): a head with zero values outputs
-    ``probs @ 0 = 0``. Heads already physically removed are skipped.
-
-    Args:
-        model: a model of a supported family (may be partially pruned).
-        mask: binary ``[L, H]`` in original head indexing, 0 = prune.
-
-    Returns:
-        ``model`` (same object).
-
-    Raises:
-        UnsupportedArchitectureError, ValueError (wrong shape or non-binary mask).
-    """
+    """Zero, in place, the value rows and bias entries of the heads of ``mask == 0`` (binary ``[L, H]``, original
+    indices); equals masking with ``mask``. Returns ``model``. Raises UnsupportedArchitectureError; ValueError:
+    wrong shape or non-binary mask."""
     layout = get_layout(model)
     return scale_value_heads(model, _check_structural_mask(layout, mask))
 
 
 def scale_value_heads(model: nn.Module, gates: torch.Tensor) -> nn.Module:
-    """Multiply, in place, each head's value-projection weight rows and bias entries by its gate.
-
-    A head's output is ``probs @ (x W_v^T + b_v)``, linear in its value rows and bias, so this equals masking with
-    the float ``gates`` (:func:`~headprune_bench.methods.heads.masking.apply_head_mask`): a gate of 0 prunes the head, a gate in
-    (0, 1) scales its output, as a Voita et al. hard-concrete gate does at test time. Heads already physically
-    removed are skipped.
-
-    Args:
-        model: a model of a supported family (may be partially pruned).
-        gates: ``[L, H]`` float, original head indexing.
-
-    Returns:
-        ``model`` (same object).
-
-    Raises:
-        UnsupportedArchitectureError; ValueError: ``gates`` is not ``[L, H]``.
-    """
+    """Multiply, in place, each present head's value rows and bias entries by its gate (float ``[L, H]``, original
+    indices); equals masking with ``gates``. Returns ``model``. Raises UnsupportedArchitectureError; ValueError:
+    ``gates`` is not ``[L, H]``."""
     layout = get_layout(model)
     gates = torch.as_tensor(gates).detach().cpu()
     if tuple(gates.shape) != (layout.num_layers, layout.num_heads):
@@ -100,16 +64,15 @@ def scale_value_heads(model: nn.Module, gates: torch.Tensor) -> nn.Module:
 
 
 def _select(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
-    """New Linear keeping ``index`` along ``dim`` of the weight (0 = output rows, which also
-    slices the bias; 1 = input columns, bias kept whole), like HF 4.x ``prune_linear_layer``."""
+    """New Linear keeping ``index`` along ``dim`` (0: rows and bias; 1: columns, bias whole), as HF 4.x
+    ``prune_linear_layer``."""
     index = index.to(linear.weight.device)
     weight = linear.weight.index_select(dim, index).detach().clone()
     bias = None
     if linear.bias is not None:
         bias = linear.bias if dim == 1 else linear.bias[index]
         bias = bias.detach().clone()
-    # Build on "meta" (no random init; nn.Linear's init also warns on 0-sized weights), then
-    # attach the sliced tensors.
+    # on "meta": no random init, no warning on 0-sized weights
     new = nn.Linear(1, 1, bias=bias is not None, device="meta")
     new.out_features, new.in_features = weight.shape
     new.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
@@ -119,30 +82,21 @@ def _select(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
 
 
 def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
-    """Physically remove pruned heads (mask == 0), in place.
-
-    For each layer, slices the removed heads' rows (and bias entries) out of every per-head projection of the
-    family (Q/K/V; DeBERTa's relative-position projections too: :meth:`HeadLayout.head_projections`) and their
-    input columns out of the output projection (its bias is kept), and updates the self-attention module's head
-    counts. A layer that loses ALL heads gets the family's :class:`~headprune_bench.methods.heads.layout.EmptySelfAttention`, so
-    the attention block adds only W_O's bias. Removed heads are merged into ``model.config.pruned_heads`` as
-    ``{str(layer): sorted list of original head indices}``. Removing an already removed head
-    is a no-op, so the function works on partially pruned models and incremental calls equal
-    one call with the combined mask.
+    """Physically remove the heads of ``mask == 0``, in place: their rows of every per-head projection, their
+    columns of W_O (bias kept), an :class:`~headprune_bench.methods.heads.layout.EmptySelfAttention` for a layer
+    left without heads; merged into ``config.pruned_heads`` (``{str(layer): sorted original indices}``). Removing a
+    removed head is a no-op. Semantics of HF 4.x ``BertAttention.prune_heads``; docs/protocol.md §9.
 
     Args:
-        model: a model of a supported family (:func:`~headprune_bench.methods.heads.families.get_layout`).
-        mask: binary ``[L, H]`` in ORIGINAL head indexing, 0 = remove.
+        model: a model of a supported family, possibly partly pruned.
+        mask: binary ``[L, H]``, original head indices, 0 = remove.
 
     Returns:
         ``model`` (same object).
 
     Raises:
-        UnsupportedArchitectureError, ValueError (wrong shape or non-binary mask; module widths
-        inconsistent with ``config.pruned_heads``).
-
-    Source: HF transformers 4.x ``BertAttention.prune_heads`` / ``prune_linear_layer``
-    (semantics, incl. the kept bias); protocol.md §9; methods.md §0.2 (fully pruned layers).
+        UnsupportedArchitectureError; ValueError: wrong shape or non-binary mask, or module widths inconsistent
+            with ``config.pruned_heads``.
     """
     layout = get_layout(model)
     mask = _check_structural_mask(layout, mask)
@@ -175,18 +129,9 @@ def remove_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
     return model
 
 
-# --------------------------------------------------------------------------------------------
-# Save / load of pruned models
-# --------------------------------------------------------------------------------------------
-
-
 def save_pruned(model: nn.Module, path, tokenizer=None) -> None:
-    """``model.save_pretrained(path)``; the config carries ``pruned_heads`` (original indices). With
-    ``tokenizer`` (a Hugging Face tokenizer) it is saved beside, so the folder is complete.
-
-    Raises:
-        UnsupportedArchitectureError: not a model of a supported family.
-    """
+    """``model.save_pretrained(path)`` with ``config.pruned_heads`` (original indices); ``tokenizer`` saved beside.
+    Raises UnsupportedArchitectureError: not a model of a supported family."""
     get_layout(model)
     model.config.pruned_heads = {
         str(layer): heads for layer, heads in sorted(pruned_heads_dict(model.config).items())
@@ -210,22 +155,11 @@ def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_pruned(path, model_cls=None, *, attn_implementation: str | None = None) -> nn.Module:
-    """Load a model written by :func:`save_pruned`.
+    """Load a model written by :func:`save_pruned`, in eval mode: the unpruned architecture, :func:`remove_heads`
+    by ``config.pruned_heads``, then the safetensors state dict strictly, in its saved dtype.
 
-    Rebuilds the unpruned architecture from the config (``AutoModelForSequenceClassification
-    .from_config`` or ``model_cls``: an Auto class or a concrete model class), applies
-    :func:`remove_heads` according to ``config.pruned_heads``, then loads the safetensors state
-    dict strictly (tensors assigned as saved, so the saved dtype is kept). Returns the model in
-    eval mode.
-
-    Args:
-        path: folder written by ``save_pruned``.
-        model_cls: optional model class; default AutoModelForSequenceClassification.
-        attn_implementation: optional, e.g. ``"eager"`` or ``"sdpa"``; transformers' default
-            otherwise.
-
-    Raises:
-        RuntimeError: the state dict does not match the rebuilt architecture (strict load).
+    ``model_cls``: an Auto or concrete class (default AutoModelForSequenceClassification); ``attn_implementation``:
+    e.g. ``"eager"`` or ``"sdpa"`` (default transformers'). Raises RuntimeError: the state dict does not match.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -246,30 +180,15 @@ def load_pruned(path, model_cls=None, *, attn_implementation: str | None = None)
     return model.eval()
 
 
-# --------------------------------------------------------------------------------------------
-# Parameter counts
-# --------------------------------------------------------------------------------------------
-
-
 def count_parameters(model: nn.Module) -> int:
     """Number of parameters (shared parameters counted once)."""
     return sum(p.numel() for p in model.parameters())
 
 
 def closed_form_parameter_count(config, mask: torch.Tensor, *, classifier: bool = True) -> int:
-    """Parameter count of a sequence classifier of ``config`` after removing the heads with ``mask == 0``.
-
-    BERT: the full count from the architecture arithmetic (embeddings, L layers, pooler and, if ``classifier``, the
-    ``BertForSequenceClassification`` head; ``classifier=False`` gives ``BertModel`` with pooler). Other families
-    (their embeddings and classifier heads differ): the count of the model built from ``config`` on the ``meta``
-    device (no memory, no weights), ``AutoModel``'s bare model when ``classifier`` is False. Minus, per removed head, ``P*(hidden*d + d)`` (the rows and biases of its P
-    per-head projections: Q/K/V, and DeBERTa-v2's ``pos_key_proj`` / ``pos_query_proj`` when present) ``+ hidden*d``
-    (W_O columns; W_O's bias stays). Heads already in ``config.pruned_heads`` count as removed too (as after
-    :func:`remove_heads`).
-
-    Args:
-        config: the configuration of a supported family.
-        mask: ``[L, H]``, 0 = removed (original indexing).
+    """Parameter count of the sequence classifier of ``config`` (the bare model with ``classifier=False``) after
+    removing the heads of ``mask == 0`` (``[L, H]``, original indices) and of ``config.pruned_heads``; the
+    arithmetic is in docs/heads.md ("FLOPs and parameters").
 
     Raises:
         ValueError: wrong mask shape. UnsupportedArchitectureError: a family without an adapter.
@@ -299,7 +218,7 @@ def closed_form_parameter_count(config, mask: torch.Tensor, *, classifier: bool 
 
 
 def _built_counts(config, classifier: bool) -> tuple[int, int]:
-    """(parameters of the unpruned model of ``config`` built on the meta device, parameters per head)."""
+    """(parameters of the unpruned model of ``config``, built on the meta device; parameters per head)."""
     import copy as _copy
 
     from transformers import AutoModel, AutoModelForSequenceClassification
