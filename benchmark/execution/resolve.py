@@ -1,9 +1,5 @@
-"""How a run's cells execute: one at a time in this process (the default), or on Ray (``--workers N``: a local Ray
-started in-process; ``--ray-address ADDR``: an existing cluster), with CPU threads and a GPU fraction per cell.
-
-Nothing here is part of the experiment (a folder's records do not depend on how they were scheduled); the
-device type is, and it follows from the GPU fraction when cells run on Ray.
-"""
+"""How a run's cells execute: serially (the default) or on Ray (``--workers N``, ``--ray-address ADDR``), with CPU
+threads and a GPU fraction per cell. See docs/choices.md ("Execution options")."""
 from __future__ import annotations
 
 import os
@@ -66,10 +62,9 @@ class Execution:
 def resolve_execution(cfg: RunConfig) -> Execution:
     """The :class:`Execution` of ``cfg``: serial unless ``cfg.workers`` or ``cfg.ray_address`` is set.
 
-    On Ray, ``threads_per_cell`` defaults to 1 when several cells share the machine (``--workers N`` with N > 1,
-    or a cluster), else to the CPU count; ``gpus_per_cell`` defaults, for local workers with a visible GPU and
-    ``--device auto|cuda``, to ``min(1, GPUs / N)`` (N cells share the GPUs), else to 0. Cells run on ``cuda``
-    exactly when ``gpus_per_cell > 0``.
+    On Ray, ``threads_per_cell`` defaults to 1 when several cells share the machine, else to the CPU count;
+    ``gpus_per_cell`` defaults to ``min(1, GPUs / N)`` for N local workers with a visible GPU and ``--device
+    auto|cuda``, else to 0. Cells run on ``cuda`` exactly when ``gpus_per_cell > 0``.
 
     Raises:
         ConfigError: ``--device cuda:N`` on Ray (Ray assigns the GPU), ``--device cpu`` with a GPU share, or

@@ -137,8 +137,7 @@ class CellTimes:
 
 
 def _learn_folder(times: Any, records: Iterable[dict[str, Any]], base_dir: Path) -> Any:
-    """``times`` (a :class:`CellTimes` or :class:`MachineTimes`) after ``add_record`` of each of ``records``,
-    prune-only records first, and ``add_base`` of each readable ``base_dir/<task>-seed<N>/train_info.json``."""
+    """``times`` after learning ``records`` (prune-only first) and each readable base ``train_info.json``."""
     for record in sorted(records, key=lambda r: r["condition"] != PRUNE_ONLY):
         times.add_record(record)
     for (task, _), info in base_train_infos(base_dir).items():
@@ -210,9 +209,8 @@ class MachineTimes:
             self._of(machine).add_base(task, info)
 
     def _of(self, machine: Machine) -> CellTimes:
-        """``machine``'s times. They share the pool's prune steps of prune-only records (``own_steps``): a resumed
-        cell reuses the stored step whatever machine computed it, so that one machine's time is not taken off
-        another's (the pool learns each record first)."""
+        """``machine``'s times, sharing the pool's ``own_steps`` (a stored prune step is reused whatever machine
+        computed it)."""
         if machine not in self.machines:
             self.machines[machine] = CellTimes(own_steps=self.pooled.own_steps)
         return self.machines[machine]
@@ -278,8 +276,8 @@ class TimeLimit:
         return self.deadline - (time.time() if now is None else now)
 
     def refusal(self, estimate: float | None, now: float | None = None) -> str | None:
-        """Why work estimated at ``estimate`` seconds (None: unknown, see the module docstring) should not start
-        (it would not finish before the deadline), or None: it fits."""
+        """Why work estimated at ``estimate`` seconds (None: unknown; docs/choices.md, "Time limit") should not
+        start (it would not finish before the deadline), or None: it fits."""
         left = self.left(now)
         if estimate is None:
             if left > 0 and left >= self.margin * self.times.longest:

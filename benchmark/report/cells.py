@@ -1,6 +1,5 @@
 """Per-cell views of the loaded runs, as numeric frames: missing and failed cells, option sets, cost per cell,
-wall seconds per (task, seed). Cell keys are parsed with :class:`headprune_bench.benchmark.store.records.CellKey` only.
-"""
+wall seconds per (task, seed)."""
 from __future__ import annotations
 
 import json
@@ -30,11 +29,9 @@ def _missing_row(key: CellKey, status: str, error: str, method: str | None = Non
 def missing_frame(data: RunData) -> pd.DataFrame:
     """Cells a ``bench run`` planned (``runs.jsonl``) that have no record, and failed cells (``failures.jsonl``).
 
-    A folder without ``runs.jsonl`` (made by an older runner) falls back to the grid tasks x seeds x units seen
-    in it. Columns :data:`MISSING_COLUMNS`: task, seed, method, budget, condition, status ("missing", "failed",
-    or :data:`OTHER_OPTIONS`: the cell has a record, but under another options hash than the planned one), error.
-    A cell planned under an option set that a later run replaced (``RunData.superseded``) is not listed, even if
-    it failed then: the later plan's key of the cell says whether it is still to do.
+    A folder without ``runs.jsonl`` falls back to the grid tasks x seeds x units seen in it. Columns
+    :data:`MISSING_COLUMNS`; status "missing", "failed" or :data:`OTHER_OPTIONS`. A cell planned under an option
+    set a later run replaced (``RunData.superseded``) is not listed.
     """
     rows = _missing_from_plans(data) if data.planned else _missing_from_grid(data)
     return pd.DataFrame(rows, columns=MISSING_COLUMNS)
@@ -48,8 +45,7 @@ def _failure_key(f: dict[str, Any]) -> CellKey:
 
 def _missing_from_plans(data: RunData) -> list[dict[str, Any]]:
     present = {r.cell for r in data.records}
-    # a planned cell whose (task, seed, method, budget, condition) has a record under another options hash was
-    # planned by a command run with other method options (e.g. before a preset's sizing changed)
+    # a planned cell with a record under another options hash only: planned with other method options
     present_cells = {without_opts(parse_key(r.cell)) for r in data.records}
     failed = {f.get("cell"): f for f in data.failures}
     rows, seen, replaced_somewhere = [], set(), set()
@@ -129,14 +125,11 @@ TOTAL_ROW = "total"
 def wall_per_seed(data: RunData, missing: pd.DataFrame | None = None) -> pd.DataFrame:
     """Wall seconds of every cell, one row per unit (index: its label) and one column per ``task/seed`` (e.g.
     ``mrpc/s0``); NaN where the cell is missing. Rows in the report's order; columns by task, seed. Two rows
-    follow the units, so that a user can plan a run: :data:`BASE_ROW`, the base model's fine-tune of that (task,
-    seed) from ``DIR/base/<task>-seed<N>/train_info.json`` (:func:`base_walls`; the row is left out when no
-    column has one), and :data:`TOTAL_ROW`, the sum of the rows above it but for the records whose option set a
-    later ``bench run`` replaced (``RunData.superseded_records``: what a seed costs now, not what the folder's
-    history cost; one worker's seconds: with ``--workers N`` the wall clock is about 1/N of it), NaN for a (task,
-    seed) that is not complete: a planned cell of it is missing, failed, or not yet run under its planned options
-    in ``missing`` (:func:`missing_frame`, computed when not given), or its base fine-tune's time is unknown while
-    other columns know theirs. Those two rows are rounded to milliseconds, as the records' own times are."""
+    follow, rounded to milliseconds: :data:`BASE_ROW`, the base fine-tune (:func:`base_walls`; left out when no
+    column has one), and :data:`TOTAL_ROW`, the sum of the rows above but for ``RunData.superseded_records``; NaN
+    for a (task, seed) with a cell missing, failed or of other options in ``missing`` (:func:`missing_frame`,
+    computed when not given), or with no base time while other columns have one. See docs/choices.md
+    ("Reports")."""
     df = data.frame
     if df.empty:
         return pd.DataFrame()
@@ -179,8 +172,7 @@ UNKNOWN_MACHINE = "unknown"
 
 def machine_counts(machines: Iterable[str]) -> str:
     """How many cells ran on each machine (the records' ``cost.machine``), most first, then by name:
-    ``"AMD EPYC x12, unknown x3"``; :data:`UNKNOWN_MACHINE` counts the records written before the field existed
-    (their machine is empty). A wall time compares with another only on the same machine."""
+    ``"AMD EPYC x12, unknown x3"``; :data:`UNKNOWN_MACHINE` counts the records that name no machine."""
     counts = Counter(m or UNKNOWN_MACHINE for m in machines)
     return ", ".join(f"{m} x{n}" for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 

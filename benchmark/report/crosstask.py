@@ -1,11 +1,6 @@
 """Cross-task summary numbers: per unit, its mean score on each task and its mean difference vs original, and the
-averages over the tasks not in :data:`~headprune_bench.benchmark.report.units.EXCLUDED_FROM_AVERAGE` (WNLI).
-
-Every number leaves out the base-failed (task, seed) pairs (the unpruned base model of that seed is degenerate,
-so pruning it says nothing; protocol.md §6), as the per-task tables do: a task's number is the mean
-over its other seeds, the same seeds for every row, and a task whose every seed failed has no number and leaves
-the averages. The cross-task average of a unit is over the averaged tasks it has a number on.
-"""
+averages over the tasks not in :data:`EXCLUDED_FROM_AVERAGE` (WNLI), without base-failed seeds. See docs/choices.md
+("Reports")."""
 from __future__ import annotations
 
 import math
@@ -88,7 +83,8 @@ def _task_score(results: list[GroupResult], u: Unit, task: str, drop: Sequence[i
 
 
 def cross_task_summary(results: list[GroupResult]) -> CrossTaskSummary:
-    """The :class:`CrossTaskSummary` of every unit of ``results`` (see the module docstring)."""
+    """The :class:`CrossTaskSummary` of every unit of ``results``: a task's number is the mean over its seeds that
+    are not base-failed (none when every seed failed); a unit's average is over the averaged tasks it has one on."""
     tasks = sorted({r.task for r in results}, key=task_key)
     failed = base_failed_seeds(results)
     averaged = [t for t in tasks if t not in EXCLUDED_FROM_AVERAGE and any(r.seeds for r in results if r.task == t)]

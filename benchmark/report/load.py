@@ -1,6 +1,5 @@
-"""Loading: the records of one or more run folders as :class:`benchmark.store.records.Record` objects and one tidy
-frame (one row per record), the input of every table and plot of the report and of the end-of-run summary.
-"""
+"""The records of one or more run folders as :class:`Record` objects and one tidy frame (one row per record), the
+input of every table and plot of the report and of the end-of-run summary."""
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +38,7 @@ class ReportWarning(UserWarning):
 
 
 def warn(message: str) -> None:
-    """Issue ``message`` as a :class:`ReportWarning`, and log it where the logger ``benchmark`` has a handler (the
-    run's ``run.log``; without one, logging would print it to stderr a second time)."""
+    """Issue ``message`` as a :class:`ReportWarning`, and log it where the logger ``benchmark`` has a handler."""
     warnings.warn(message, ReportWarning, stacklevel=3)
     if log.hasHandlers():
         log.warning(message)
@@ -110,10 +108,8 @@ def _read_folder(folder: Path) -> tuple[list[dict], list[dict], list[dict], list
 def superseded_cells(plans: Sequence[dict[str, Any]], cells: Iterable[Any]) -> set[str]:
     """The keys among ``cells`` (a folder's record and planned cell keys) whose option set a later plan replaced.
 
-    ``plans`` are the folder's ``runs.jsonl`` entries in the order they were written, each with its planned cell
-    keys (``cells``). A cell (task, seed, method, budget, condition) takes the options hash of the newest plan that
-    lists it; a record under another hash of that cell is superseded (e.g. a method's preset changed between two
-    sittings, and the cell was computed again). A record whose cell no plan lists is not."""
+    ``plans``: the folder's ``runs.jsonl`` entries, in the order written. A cell takes the options hash of the
+    newest plan that lists it; a key under another hash of that cell is superseded, one that no plan lists is not."""
     current: dict[CellKey, str] = {}
     for plan in plans:
         for text in plan.get("cells", []):
@@ -141,14 +137,10 @@ def _warn_duplicates(duplicates: list[str], differing: list[str]) -> None:
 def load_runs(folders: Sequence[str | Path]) -> RunData:
     """Read and combine the ``records.jsonl`` / ``failures.jsonl`` / ``runs.jsonl`` of ``folders``.
 
-    Every record is read through :meth:`Record.from_dict` (any schema). A cell key seen twice is kept once
-    (first occurrence) and reported in one :class:`ReportWarning` (louder when the duplicates' scores differ).
-    A folder without ``records.jsonl`` is warned about and skipped. Failures whose cell has a record (it
-    succeeded on a later try) are dropped. An unreadable line (:func:`benchmark.store.jsonl.scan_jsonl`: an interrupted
-    write, invalid JSON, not a record) is skipped and named in a :class:`ReportWarning` (file, line, reason, what
-    follows); ``RunData.broken`` lists them. A record's cell is then missing, and the next ``bench run`` into the
-    folder moves the line to ``rejected.jsonl`` and computes it again. A record :meth:`Record.from_dict` refuses
-    (a field missing) is warned about and skipped.
+    Records are read through :meth:`Record.from_dict` (any schema). Each of these is skipped with a
+    :class:`ReportWarning`: a cell key seen again (the first is kept), a folder without ``records.jsonl``, an
+    unreadable line (:func:`scan_jsonl`; listed in ``RunData.broken``), a record ``from_dict`` refuses. Failures
+    whose cell has a record are dropped.
 
     Raises:
         FileNotFoundError: a folder does not exist, or is not a run folder (neither records.jsonl nor run.json).
@@ -193,8 +185,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
 
 
 def _warn_mixed_experiments(records: list[Record]) -> None:
-    """Warn when the records come from run folders of different experiments (different config hashes: another
-    model, recipe, data cap or precision), which the tables then pair as if they were one experiment."""
+    """Warn when the records come from run folders of different experiments (different config hashes)."""
     hashes = sorted({str(r.provenance.get("config_hash")) for r in records if r.provenance.get("config_hash")})
     if len(hashes) > 1:
         warn(f"the records come from {len(hashes)} different experiments (config hashes {', '.join(hashes)}: another "
@@ -202,10 +193,8 @@ def _warn_mixed_experiments(records: list[Record]) -> None:
 
 
 def _warn_other_base_models(records: list[Record]) -> None:
-    """Warn about the records computed on a base model that predicts the dev set otherwise than the stored
-    ``original`` record of its (task, seed) (``trace.base_dev_predictions_differ``, written by a resumed run:
-    :meth:`CellWork.base_check <benchmark.cells.work.CellWork.base_check>`): the tables pair them with the
-    records of that seed as if every cell had started from one model."""
+    """Warn about the records whose ``trace`` carries :data:`BASE_DIFFERS` (a base model that predicts the dev
+    set otherwise than the stored ``original`` record of its (task, seed))."""
     flagged: dict[tuple[str, int], list[Record]] = {}
     for r in records:
         if r.trace.get(BASE_DIFFERS):
@@ -254,8 +243,7 @@ def records_frame(records: Iterable[Record | dict[str, Any]]) -> pd.DataFrame:
     position in ``records``.
 
     The options hash is part of a row's :class:`Unit` wherever its method ran with several option sets (at any
-    budget: a sweep must not join points of two configurations). A record repeating the (task, seed, unit) of an
-    earlier one under another cell key is dropped with a :class:`ReportWarning`.
+    budget). A record repeating the (task, seed, unit) of an earlier one is dropped with a :class:`ReportWarning`.
 
     Raises:
         ValueError: a dict that is not a record (from :meth:`Record.from_dict`).

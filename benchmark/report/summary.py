@@ -1,10 +1,5 @@
-"""The end-of-run summary: task x method, the primary metric's mean +- sample SD over seeds, heads pruned,
-beside the unpruned original and the majority-class baseline. Written to ``DIR/summary.md`` and
-``DIR/summary.csv`` and printed. (Significance tests and plots belong to ``bench report``.)
-
-Records become a frame through the report's loading (:mod:`benchmark.report.load`), the same code as every
-table of ``bench report``.
-"""
+"""The end-of-run summary (``DIR/summary.md``, ``DIR/summary.csv``, printed): task x method, the primary metric's
+mean +- sample SD over seeds, heads pruned, beside the unpruned original and the majority-class baseline."""
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,12 +1,6 @@
-"""The rows of the report's tables (:class:`Unit`) and how tasks, budgets and methods are named, ordered and coloured.
-
-Method order and colours come from the method registry (:mod:`methods`): a registered class's ``report_order``
-(``ClassVar[int | None]``) and ``report_color`` (``ClassVar[str | None]``), read with ``getattr`` so a class
-without them still works. An ablation (a class with ``ablation_of``) sorts right after the method it ablates.
-A method without an order (or not registered at all: a folder made with a method since removed) sorts after the
-ordered ones, by name; a method without a fixed colour gets one of :data:`EXTRA_COLORS` by its rank among the
-methods of the report. ``original`` and ``control`` are the report's own names, first, in black and grey.
-"""
+"""The rows of the report's tables (:class:`Unit`) and how tasks, budgets and methods are named, ordered and
+coloured (methods by their registered classes' ``report_order`` and ``report_color``). See docs/choices.md
+("Reports")."""
 from __future__ import annotations
 
 import math
@@ -85,10 +79,8 @@ def _registry() -> dict[str, Any]:
 
 
 def method_rank(name: str, registry: dict[str, Any] | None = None) -> tuple:
-    """Sort key of a method name (tuple; see the module docstring for the order).
-
-    ``original`` and ``control`` first; then registered methods by ``report_order``, each followed by its
-    ablations (by name); then methods without an order or not registered, by name. Never raises.
+    """Sort key of a method name: ``original``, ``control``, then registered methods by ``report_order``, each
+    followed by its ablations (by name), then methods without an order or not registered, by name. Never raises.
     """
     if name in (ORIGINAL, CONTROL_NAME):
         return (0 if name == ORIGINAL else 1, 0.0, "", 0, "")
@@ -149,7 +141,8 @@ class Unit:
     @property
     def row_name(self) -> str:
         """The name a table row shows: the method, ``METHOD +recover`` in prune+recover, ``METHOD, own
-        fine-tuning`` for a method's own weights (protocol §4), with ``opts=HASH`` where several option sets ran."""
+        fine-tuning`` for a method's own weights (docs/protocol.md §4), with ``opts=HASH`` where several option
+        sets ran."""
         text = self.name + CONDITION_SUFFIX.get(self.condition, "")
         return text + (f" opts={self.opts}" if self.opts else "")
 

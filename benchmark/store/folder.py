@@ -1,7 +1,6 @@
-"""A run folder's own files besides the result store: ``DIR/run.json`` holds the experiment settings and the
-config hash every record of the folder carries (one configuration per folder, checked under a lock,
-``DIR/.run.lock``); ``DIR/base/<task>-seed<seed>/`` holds the fine-tuned base models, saved atomically.
-"""
+"""A run folder's own files besides the result store: ``DIR/run.json`` (the experiment settings and config hash,
+one configuration per folder) and ``DIR/base/<task>-seed<seed>/`` (the fine-tuned base models).
+See docs/choices.md ("The run folder")."""
 from __future__ import annotations
 
 import json
@@ -33,11 +32,9 @@ def check_run_json(out: Path, experiment: Experiment) -> str:
     Returns the folder's config hash: the one ``run.json`` was created with, which every record of the folder
     carries (adding a task never changes it).
 
-    Read, compared and (when new or extended) written under an exclusive lock on ``DIR/.run.lock``, so
-    processes started together into one new folder agree: the first creates ``run.json``, the others read it.
-    The data hashes are compared per file: a task this run leaves out is no conflict (one process per task
-    may share a folder), a task it adds is merged into ``run.json``; the same file with another hash is
-    refused. Afterwards ``experiment.data_hashes`` holds the folder's hashes (all its tasks).
+    Runs under an exclusive lock on ``DIR/.run.lock``. Data hashes are compared per file: a task left out is no
+    conflict, a task added is merged into ``run.json``. Afterwards ``experiment.data_hashes`` holds the folder's
+    hashes (all its tasks).
 
     Raises:
         ConfigError: a setting or a data file's hash differs from the folder's; the message lists each change.
@@ -111,10 +108,8 @@ def save_base_model(model, tokenizer, folder: Path, info: dict[str, Any]) -> Non
 def base_train_infos(base_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
     """The ``train_info.json`` of each base model under ``base_dir`` (``DIR/base``; folders ``<task>-seed<N>``),
     by ``(task, seed)``: ``wall_s`` (seconds the fine-tune took), ``examples`` (train split size), ``seed``,
-    ``finished``. The weights are git-ignored and this small file is committed, so a clean clone still knows how
-    long each base fine-tune took. A file that cannot be read or is not a JSON object, and a folder name without
-    an integer seed (``mrpc-seed0.tmp``, a save in progress), are left out: a damaged cache must stop neither a
-    run's time limit nor a report."""
+    ``finished``. An unreadable or non-object file, and a folder name without an integer seed (``mrpc-seed0.tmp``),
+    are left out."""
     infos: dict[tuple[str, int], dict[str, Any]] = {}
     for info_file in sorted(base_dir.glob(f"*-seed*/{TRAIN_INFO}")) if base_dir.is_dir() else []:
         task, _, seed = info_file.parent.name.rpartition("-seed")

@@ -70,10 +70,9 @@ class BrokenLine:
 
 
 def record_problem(entry: Any) -> str | None:
-    """Why ``entry`` cannot be a cell's record, or None when it can: the one rule of ``bench run`` and
-    ``bench report``. A record is what :meth:`benchmark.store.records.Record.from_dict` reads (any schema so far) with a
-    cell key :class:`benchmark.store.records.CellKey` parses, a finite score, and predictions and labels of one length.
-    """
+    """Why ``entry`` cannot be a cell's record, or None when it can (the one rule of ``bench run`` and ``bench
+    report``): ``Record.from_dict`` reads it, ``CellKey`` parses its cell, its score is finite, and its predictions
+    and labels are two lists of one length."""
     if not isinstance(entry, dict):
         return "not a record (not a JSON object)"
     try:
@@ -177,11 +176,8 @@ def _fsync_dir(folder: Path) -> None:
 
 def reject_unreadable(path: Path) -> list[BrokenLine]:
     """Move every unreadable line of ``path`` (see :func:`scan_jsonl`) to ``rejected.jsonl`` beside it and rewrite
-    ``path`` without them, under the file's exclusive lock. Returns the lines moved (none: nothing changes).
-
-    Order of the writes, so that a crash at any point loses nothing: the rejected lines are appended (fsync) to
-    ``rejected.jsonl`` first, then the cleaned content is written to a temporary file (fsync) that replaces
-    ``path`` atomically. A crash in between leaves the line in both files, never in neither.
+    ``path`` without them (a temporary file renamed over it), under the file's exclusive lock. Returns the lines
+    moved (none: nothing changes). A crash leaves a line in both files, never in neither.
 
     Raises:
         OSError: the folder cannot be written (the caller names the path).
@@ -237,10 +233,8 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 
 def record_key(record: dict[str, Any]) -> str:
-    """A record's cell key (the JSON object of a ``records.jsonl`` line): its ``cell``, or for records of the first
-    schema (no ``cell``) the :class:`benchmark.store.records.CellKey` of its task, seed, method, budget spec and
-    condition, without an ``opts`` part (as :meth:`Record.from_dict <benchmark.store.records.Record.from_dict>` migrates
-    it).
+    """A record's cell key: its ``cell``, or for schema 0 (no ``cell``) the ``CellKey`` of its task, seed, method,
+    budget spec and condition, without an ``opts`` part (as ``Record.from_dict`` migrates it).
 
     Raises:
         KeyError: no ``cell`` and no task, seed, method or condition.
@@ -255,7 +249,7 @@ class RecordStore:
     """Finished cells of a run folder, keyed by :func:`record_key`; the writer's view of the folder.
 
     Opening it moves every unreadable line of ``records.jsonl``, ``failures.jsonl`` and ``runs.jsonl`` to
-    ``rejected.jsonl`` (see the module docstring); ``self.rejected`` lists them, and each is logged as a warning.
+    ``rejected.jsonl`` (:func:`reject_unreadable`); ``self.rejected`` lists them, each logged as a warning.
 
     Raises:
         OSError: the folder or one of its files cannot be read or written.
@@ -292,8 +286,8 @@ class RecordStore:
         return iter(self._records.values())
 
     def add(self, record: Record | dict[str, Any]) -> None:
-        """Append a finished cell: a :class:`benchmark.store.records.Record` is written as ``record.to_dict()`` (a JSON
-        object with a ``cell`` key is written as it is). Ignored with a warning if the cell is already stored.
+        """Append a finished cell: a :class:`Record` as ``record.to_dict()``, a JSON object with a ``cell`` key as
+        it is. Ignored with a warning if the cell is already stored.
 
         Raises:
             OSError: ``records.jsonl`` cannot be written.

@@ -1,6 +1,5 @@
 """The result record of one cell, typed and versioned (``schema``), and the :class:`CellKey` it is stored under
-(``task|seed=N|method|budget|condition|opts=HASH``). Old schemas are migrated on read: docs/output-files.md.
-"""
+(``task|seed=N|method|budget|condition|opts=HASH``). Old schemas are migrated on read: docs/output-files.md."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +19,7 @@ ORIGINAL = "original"
 CONTROL_NAME = "control"
 """The report's name of the unpruned model in the ``control`` condition."""
 PRUNE_ONLY, RECOVER, CONTROL, OWN = "prune-only", "prune+recover", "control", "own-fine-tuning"
-"""Conditions (protocol.md §4): the mask on the base weights, evaluated; the same re-fine-tuned on mini-train with
+"""Conditions (docs/protocol.md §4): the mask on the base weights, evaluated; the same re-fine-tuned on mini-train with
 the mask fixed (the headline); the unpruned base model given that re-fine-tuning (method ``original``, the
 headline's reference); a method's own re-trained weights with its mask (AUBER's output as its paper reports it;
 only for methods whose ``changes_weights()`` is true)."""
@@ -173,7 +172,7 @@ class Cost:
 
 @dataclass
 class Record:
-    """The result of one cell, as stored in ``records.jsonl`` (see the module docstring for the versions).
+    """The result of one cell, as stored in ``records.jsonl`` (schemas: docs/output-files.md).
 
     Scores are fractions (accuracy in [0, 1], MCC in [-1, 1]); ``mask`` and ``scores`` are ``[L][H]`` lists
     (1 keep, 0 prune); ``predictions`` and ``labels`` are the dev set's, per example.
@@ -236,7 +235,7 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        """Read a record of any schema so far, migrating old fields (see the module docstring).
+        """Read a record of any schema so far, migrating old fields (docs/choices.md, "Record schemas").
 
         Raises:
             ValueError: a field the record cannot do without (task, seed, method, condition, score, ...) is

@@ -1,9 +1,5 @@
-"""The GLUE metrics of a task's predictions, the majority-class baseline and the predicted-class share (the two
-degeneracy checks of protocol.md §6).
-
-Metrics are computed with the scikit-learn functions that the hub's ``evaluate`` GLUE metric calls, and are
-fractions (accuracy and F1 in [0, 1], Matthews correlation in [-1, 1]), never percentages.
-
+"""The GLUE metrics of a task's predictions (fractions, never percentages), the majority-class baseline and the
+predicted-class share (the two degeneracy checks of docs/protocol.md §6).
 """
 
 from __future__ import annotations
@@ -56,12 +52,9 @@ def compute_metrics(task: TaskSpec | str, predictions, labels) -> dict[str, floa
         labels: 1-D sequence of gold class ids (length n).
 
     Returns:
-        ``{metric: value}`` for each of ``task.metrics``, python floats: accuracy
-        and F1 (binary, positive class 1) as fractions in [0, 1], Matthews
-        correlation in [-1, 1]. Computed with scikit-learn's ``accuracy_score``,
-        ``f1_score`` and ``matthews_corrcoef``, as the hub ``evaluate`` GLUE metric
-        does. F1 is 0.0 when class 1 is never predicted nor present; MCC is 0.0
-        when predictions or labels are constant.
+        ``{metric: value}`` for each of ``task.metrics``, python floats: accuracy and F1 (binary, positive
+        class 1) as fractions in [0, 1], Matthews correlation in [-1, 1] (scikit-learn, as the hub's ``evaluate``
+        GLUE metric). F1 is 0.0 when class 1 is never predicted nor present; MCC is 0.0 for constant inputs.
 
     Raises:
         ValueError: inputs not 1-D, empty, of different lengths, or not class ids.
@@ -75,20 +68,13 @@ def compute_metrics(task: TaskSpec | str, predictions, labels) -> dict[str, floa
 
 
 def majority_baseline(task: TaskSpec | str, train_labels, eval_labels) -> dict:
-    """The majority-class baseline on the eval split: the score of always predicting the eval split's most
-    frequent label (ties go to the smaller label id).
+    """The score of always predicting the eval split's most frequent label (ties: the smaller label id).
 
-    The rule, and why: it is the best score any constant prediction reaches on the examples being scored
-    (accuracy: the majority share; F1 of MRPC's positive class: the majority is the positive class on GLUE's
-    dev set; MCC: every constant scores 0), so "at or below the majority baseline" always means "no better than
-    a constant". A baseline from the train split's majority could point the wrong way on a subsample: a 64-example
-    WNLI train sample whose majority is class 1 gives 43.75% on a dev sample whose majority is class 0 (56.25%),
-    and a model at 54.69% would pass as better than the baseline while below always-class-0. On the full GLUE
-    splits both rules agree for MRPC, RTE, CoLA and WNLI (protocol.md §7's published figures).
+    Why the eval split's majority and not the train split's: docs/choices.md ("Tasks and data").
 
     Returns ``{"majority_label": int, "train_majority_label": int, **compute_metrics(task, predictions,
     eval_labels)}``; ``train_majority_label`` (the train split's most frequent label) is kept for reference only.
-    A run at or below this score is degenerate (protocol.md §6).
+    A run at or below this score is degenerate (docs/protocol.md §6).
 
     Raises:
         ValueError: labels empty or not class ids of the task.
@@ -106,7 +92,7 @@ def majority_baseline(task: TaskSpec | str, train_labels, eval_labels) -> dict:
 def predicted_class_fraction(predictions) -> float:
     """Share (in [0, 1]) of the predictions that fall in the most frequent predicted class.
 
-    A run with a value above 0.95 on dev is degenerate (protocol.md §6).
+    A run with a value above 0.95 on dev is degenerate (docs/protocol.md §6).
 
     Raises:
         ValueError: predictions empty or not 1-D.

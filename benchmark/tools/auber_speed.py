@@ -1,31 +1,8 @@
 """Speed of AUBER's reward evaluation: one layer's DQN search run the naive way and the fast way.
 
-    python -m headprune_bench.benchmark.tools.auber_speed --task mrpc --glue-dir ../shared/data/glue
-    python -m benchmark.tools.auber_speed --task mrpc --glue-dir ../shared/data/glue --layers 0,3,5 --episodes 150
+    python -m headprune_bench.benchmark.tools.auber_speed --task mrpc --layers 0,3,5 --episodes 150
 
-Not a test: it prints timings. Nothing is fine-tuned: the packaged MiniLM (``minilm-l6``) with a fresh
-classification head is enough to time the search; ``--model PATH`` takes a fine-tuned folder instead (e.g. a
-run's ``base/mrpc-seed0``; without tokenizer files there, ``--tokenizer``). A "mini-dev" of ``--examples`` train
-examples (a seeded sample) stands in for AUBER's 25% split.
-
-For each layer the same search (same seed, same DQN, ``--episodes`` episodes, then the greedy pass) runs twice:
-
-* naive, the plain in-process way: the mini-dev in its sampled order, batches of ``--naive-batch-size`` (32)
-  padded to their longest example (the official code is slower still: run_glue v3.5 pads every example to 128
-  tokens and runs in a subprocess), a full forward of the masked model for every reward, no memo
-  (``NaiveScorer``, ``Memo`` disabled); ``--naive-order length`` gives it the fast path's length-sorted batches
-  instead, which isolates the cache and the memo;
-* fast, what ``auber`` does by default: length-sorted batches (``--batch-size``), the per-layer cache of the
-  hidden states entering the layer and of its per-head attention outputs, the [CLS]-only last layer, and the
-  memo of pruned sets (:class:`methods.auber.rewards.FastScorer`; the cache build is included in the time).
-
-It prints rewards per second and total seconds for each, their ratio, the speed-up of one evaluation alone
-(without the memo), and whether the two runs took identical decisions (every episode's actions and rewards, and
-the greedy heads). Timings on a busy machine are distorted; the decisions are not.
-
-The speed-up depends on the layer (a reward at layer ``l`` runs ``L - l`` layers, the last for [CLS] only) and
-on the number of episodes (the memo pays off once epsilon has decayed and the agent revisits its sets). For long
-searches ``--naive-estimate K`` times K naive evaluations and extrapolates the naive search instead of running it.
+Prints timings (not a test). What the naive and the fast path compute: docs/choices.md ("AUBER's search speed").
 """
 from __future__ import annotations
 
@@ -127,7 +104,7 @@ def _estimate_naive(model, batches, layer, metric, fast: dict, evals: int) -> di
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m headprune_bench.benchmark.tools.auber_speed`` (see the module docstring)."""
+    """The command line of ``python -m headprune_bench.benchmark.tools.auber_speed``."""
     parser = argparse.ArgumentParser(prog="python -m headprune_bench.benchmark.tools.auber_speed",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="mrpc")

@@ -1,20 +1,6 @@
-"""``bench export``: the model one cell evaluated, physically pruned, as a Hugging Face folder.
-
-The records hold masks and scores, not weights, so the model is computed again with the runner's own code
-(:meth:`CellWork.cell_model <benchmark.cells.work.CellWork.cell_model>`) from the folder's cached base model:
-
-* ``prune-only``: the base model with the cell's mask (nothing is trained);
-* ``prune+recover`` / ``control``: the base model re-fine-tuned with the recorded mask (none for the control),
-  the recipe of ``run.json``, the cell's seed;
-* ``own-fine-tuning``: the method runs again, with the recorded options and budget, for its own weights.
-
-The run's configuration is rebuilt from ``run.json`` (the experiment), the record (method options, budget) and
-the plan in ``runs.jsonl`` that holds the cell (the budget label); the runner then checks it against
-``run.json`` and the rebuilt cell key must equal the record's, so a folder that cannot be reproduced is refused
-before any training. The recomputed model is evaluated on the dev split and its predictions are compared with
-the record's (another thread count or device can change a fine-tune's last bits, and then a few predictions);
-``export_info.json`` in the output folder says how many differ. The folder itself is written by
-:func:`headprune_bench.methods.heads.export_pruned` and loads without this package.
+"""``bench export``: the model one cell evaluated, computed again from the folder's cached base model with the
+runner's code, checked against the record's dev predictions, and written physically pruned as a Hugging Face
+folder. See docs/export-speed.md and docs/choices.md ("Export").
 """
 from __future__ import annotations
 
@@ -109,7 +95,8 @@ def _plan_budget(run_dir: Path, key: str) -> str:
 
 def rebuild_config(run_dir: Path, record: Record, setter: Record | None, label: str, data_dir: str | None,
                    device: str) -> RunConfig:
-    """The :class:`RunConfig` of a one-cell run that computes ``record``'s cell again (see the module docstring).
+    """The :class:`RunConfig` of a one-cell run that computes ``record``'s cell again, from ``run.json`` (the
+    experiment), the record (method options) and ``label`` (the plan's budget label).
 
     Raises:
         ConfigError: ``run.json`` is missing.
@@ -137,8 +124,8 @@ def rebuild_config(run_dir: Path, record: Record, setter: Record | None, label: 
 
 def export_cell(run_dir, *, task: str, seed: int, method: str, condition: str, out, budget: str | None = None,
                 data_dir: str | None = None, device: str = "auto", onnx: bool = False) -> ExportInfo:
-    """Compute the model of one cell again and export it physically pruned to ``out`` (module docstring); with
-    ``onnx``, also ``out/model.onnx`` (:func:`onnx_check`).
+    """Compute the model of one cell again and export it physically pruned to ``out``; with ``onnx``, also
+    ``out/model.onnx`` (:func:`onnx_check`).
 
     Raises:
         ConfigError: no such record; a configuration that ``run.json`` refuses or that gives another cell key;

@@ -1,23 +1,6 @@
-"""``bench speed``: what pruning buys in time. Latency and throughput of the dense, the masked and the physically
-pruned model, beside the speed-up the removed FLOPs imply.
-
-For each shape (batch B, sequence length T) the dense model (the run's model, every head), the masked model (the
-same with a head mask: every head is still computed) and the physically pruned model of each head profile
-(:func:`headprune_bench.methods.heads.remove_heads`) run a forward pass on random token ids without padding, timed with
-``torch.utils.benchmark.Timer`` in interleaved rounds (:func:`time_rounds`: warm-up first; each round times every
-model of the shape once, so a machine whose speed drifts slows them alike); seconds per forward pass as the median
-and interquartile range over the rounds, and the speed-up as the median over rounds of the paired ratio
-dense / model. Weights do not change the time, so a profile is a cell's heads per layer; by
-default one profile per distinct head count (the first cell's, in key order), since FLOPs, and to first order the
-time, depend on the count alone (``per_mask=True`` times every distinct mask).
-
-The implied speed-up is ``FLOPs(dense) / FLOPs(model)`` (:func:`methods.heads.forward_flops`, matmul FLOPs; 1 for
-the masked model); the measured one is the median paired ratio above. Their gap is what the FLOPs do not
-see: element-wise work, memory traffic, kernel efficiency of narrower matrices, and the feed-forward blocks that
-head pruning leaves untouched (they dominate at short sequences).
-
-Rows are appended to ``DIR/speed.jsonl`` (one per model and shape, with the machine, threads and versions); the
-report reads the latest row per key.
+"""``bench speed``: latency and throughput of the dense, the masked and the physically pruned model, beside the
+speed-up the removed FLOPs imply; rows go to ``DIR/speed.jsonl``. See docs/export-speed.md and docs/choices.md
+("Speed").
 """
 from __future__ import annotations
 
@@ -94,10 +77,8 @@ def time_rounds(runs: list[Callable[[], Any]], rounds: int, min_run_time: float,
                 device: torch.device) -> list[list[float]]:
     """Seconds per call of each of ``runs`` in each round (``[len(runs)][rounds]``).
 
-    Each run is warmed up and timed once to choose its calls per block (a block lasts about ``min_run_time /
-    rounds``, at least one call); then every round times each run once, in turn, so a drift of the machine's
-    speed (other load, a shared or throttled CPU, clock changes) hits every model alike and the paired ratios
-    stay fair (``torch.utils.benchmark.Timer``; it synchronises CUDA).
+    Each run is warmed up and timed once to choose its calls per block (about ``min_run_time / rounds`` seconds,
+    at least one call); then every round times each run once, in turn (``torch.utils.benchmark.Timer``).
     """
     from torch.utils import benchmark
 
@@ -137,7 +118,7 @@ def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: lis
             device: torch.device, min_run_time: float, progress: Callable[[str], None] = lambda s: None,
             rounds: int = ROUNDS) -> list[SpeedRow]:
     """Time the dense model, the masked model (the first profile's mask) and each profile's pruned model at every
-    (batch, seq_len) shape (module docstring).
+    (batch, seq_len) shape, on random token ids without padding.
 
     Args:
         model: a BERT classifier (fp32), in eval mode; not modified.
