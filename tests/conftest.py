@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-GLUE_ROOT = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "glue")
+from repo_paths import GLUE_ROOT
 
 
 def pytest_configure(config) -> None:

@@ -376,9 +376,10 @@ def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypat
 def test_docs_adding_a_method_example_runs():
     """docs/extending.md's 'Adding a method' example is real code: it registers and passes the conformance check."""
     import re
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    from repo_paths import REPO_ROOT
+
+    readme = (REPO_ROOT / "docs" / "extending.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "# methods/magnitude.py" in b)
     namespace: dict = {"__name__": "readme_example"}
     exec(compile(block, "docs/extending.md", "exec"), namespace)

@@ -25,8 +25,6 @@ from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpac
 from headprune_bench.methods.attention import attention_maps
 from headprune_bench.methods.heads import remove_heads
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _tiny(seed: int = 0):
     from transformers import BertConfig, BertForSequenceClassification
@@ -65,12 +63,14 @@ _CHILD = textwrap.dedent("""
 
 
 def test_a_parcel_unpacked_in_a_fresh_process_has_its_attention_maps_and_logits(tmp_path):
+    from repo_paths import REPO_ROOT
+
     model = _tiny()
     parcel = tmp_path / "parcel.pkl"
     parcel.write_bytes(pickle.dumps(ModelParcel.pack(model)))
     out = tmp_path / "out.pt"
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(parcel), str(out), str(Path(__file__).parent)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     child = torch.load(out)
     logits, attn = _outputs(model)

@@ -2,8 +2,8 @@
 the result files, options checked before any training, averages and baselines that cannot mislead, quiet
 fallbacks and OS errors, one config hash per folder, complete model folders.
 
-Float tolerances (item 1) are in ``tests/test_heads.py`` and ``tests/tolerances.py``; statistics on differences
-equal up to rounding (item 5) in ``tests/test_stats.py``.
+Float tolerances (item 1) are in ``tests/methods/test_heads.py`` and ``tests/tolerances.py``; statistics on
+differences equal up to rounding (item 5) in ``tests/benchmark/stats/test_stats.py``.
 """
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
+from fakes import SelfBudgeted, Unchecked
+from smoke_runs import negate_classifier, run_smoke, smoke_config, stable
+from synthetic_runs import make_records, write_run  # synthetic records shaped like the runner's
 
 from headprune_bench.benchmark import tasks
 from headprune_bench.benchmark.cli import main
@@ -37,11 +40,6 @@ from headprune_bench.benchmark.store.records import BASE_DIFFERS
 from headprune_bench.methods import Interval, OptionError
 from headprune_bench.methods.conformance import check_option_constraints
 from headprune_bench.methods.registry import shipped_methods
-
-sys.path.insert(0, str(Path(__file__).parent))
-from fakes import SelfBudgeted, Unchecked  # noqa: E402
-from smoke_runs import negate_classifier, run_smoke, smoke_config, stable  # noqa: E402
-from synthetic_runs import make_records, write_run  # noqa: E402  (synthetic records shaped like the runner's)
 
 _config, _run, _stable = smoke_config, run_smoke, stable
 

@@ -8,7 +8,6 @@ Error cases use small TSV files written to tmp_path.
 from __future__ import annotations
 
 import math
-import os
 import re
 import warnings
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
+from repo_paths import GLUE_ROOT
 
 from headprune_bench.benchmark import tasks
 from headprune_bench.benchmark.tasks import (
@@ -33,7 +33,6 @@ from headprune_bench.benchmark.tasks import (
     resolve_tasks,
 )
 
-GLUE_ROOT = Path(os.environ.get("GLUE_DIR") or Path(__file__).parents[2] / "shared" / "data" / "glue")
 needs_glue = pytest.mark.skipif(
     not GLUE_ROOT.is_dir(), reason=f"GLUE data folder {GLUE_ROOT} not found (set GLUE_DIR to the shared GLUE files)"
 )

@@ -23,11 +23,11 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from tolerances import assert_within, bert_path_terms, rounding_tolerance
 
 from headprune_bench import methods
 from headprune_bench.methods.conformance import FAMILIES, check_pruner, tiny_config, tiny_model
@@ -47,9 +47,6 @@ from headprune_bench.methods.heads import (
 )
 from headprune_bench.methods.heads.layout import EmptySelfAttention
 from headprune_bench.methods.registry import shipped_methods
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tolerances import assert_within, bert_path_terms, rounding_tolerance  # noqa: E402
 
 #: (label, family, config overrides): every family, and DeBERTa-v2 also without shared position projections.
 VARIANTS = [(family, family, {}) for family in FAMILIES] + [("deberta-v2-unshared", "deberta-v2",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from repo_paths import REPO_ROOT
 
 from headprune_bench.benchmark.provenance import machine_name
 from headprune_bench.benchmark.store.jsonl import record_key
@@ -22,7 +23,7 @@ from headprune_bench.benchmark.store.records import (
     options_hash,
 )
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = REPO_ROOT / "results"
 COMMITTED = sorted(RESULTS.glob("*/records.jsonl"))
 # A committed record written by the first schema-1 runner, before cost.machine / cost.threads existed: named, not
 # COMMITTED[0], so that a newer folder sorting first (gpu-protocol2-seed0 does) cannot change what is tested.
