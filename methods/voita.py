@@ -20,17 +20,14 @@ from headprune_bench.methods.gates import (
     run_gate_training,
     trainable_copy,
 )
-from headprune_bench.methods.hard_concrete import (  # noqa: F401
+from headprune_bench.methods.hard_concrete import (
     REDUCTIONS,
     SELECTIONS,
     close_threshold,
     deterministic_gates,
     gate_counts,
-    hard_concrete,
     l0_penalty,
     max_travel,
-    prob_fully_open,
-    prob_open,
     prune_threshold,
     sample_gates,
     select_heads,

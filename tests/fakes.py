@@ -225,7 +225,7 @@ class SlowRetrainer(HeadPruner):
 
 @register
 class LastHeads(HeadPruner):
-    """What README's 'Adding a method' shows: a class and @register (its test runs check_pruner on it)."""
+    """What docs/extending.md's 'Adding a method' shows: a class and @register (its test runs check_pruner on it)."""
 
     name = "test-last-heads"
     summary = "prunes the last heads in flat order (test only)"

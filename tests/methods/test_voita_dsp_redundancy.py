@@ -24,17 +24,7 @@ from headprune_bench.methods.dsp import (
     ste_top_k,
     temperature,
 )
-from headprune_bench.methods.heads import apply_head_mask, get_layout, scale_value_heads
-from headprune_bench.methods.redundancy import (
-    clear_cache,
-    cluster_medoid_mask,
-    model_digest,
-    pairwise_head_distances,
-    random_token_batches,
-    redundancy_matrix,
-)
-from headprune_bench.methods.voita import (
-    VoitaPruner,
+from headprune_bench.methods.hard_concrete import (
     close_threshold,
     deterministic_gates,
     gate_counts,
@@ -46,8 +36,17 @@ from headprune_bench.methods.voita import (
     prune_threshold,
     sample_gates,
     select_heads,
-    train_gates,
 )
+from headprune_bench.methods.heads import apply_head_mask, get_layout, scale_value_heads
+from headprune_bench.methods.redundancy import (
+    clear_cache,
+    cluster_medoid_mask,
+    model_digest,
+    pairwise_head_distances,
+    random_token_batches,
+    redundancy_matrix,
+)
+from headprune_bench.methods.voita import VoitaPruner, train_gates
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
