@@ -170,6 +170,25 @@ class HeadPruner(abc.ABC):
         runner then adds the condition ``own-fine-tuning`` (docs/protocol.md §4). Default: False."""
         return False
 
+    def ranks_once(self) -> bool:
+        """Whether, with these options, :meth:`prune`'s mask at any fixed target K is :meth:`mask_at` of its
+        ``scores``, and the scores do not depend on K: a sweep then scores once per (task, seed) and derives every
+        level's mask (``check_pruner`` checks it against separate runs; docs/extending.md). Default: False."""
+        return False
+
+    def mask_at(self, result: PruningResult, target_heads: int) -> PruningResult:
+        """The result :meth:`prune` would give at ``target_heads``, from ``result`` (a prune at another level) of a
+        method that :meth:`ranks_once`: by default the ``target_heads`` lowest ``scores``
+        (:func:`lowest_k_mask` with the option ``min_heads_per_layer``), same scores and trace.
+
+        Raises:
+            ValueError: ``result`` has no scores, or the target is unreachable.
+        """
+        if result.scores is None:
+            raise ValueError(f"{self.name}: mask_at needs the scores of a prune result")
+        mask = lowest_k_mask(result.scores, int(target_heads), self.options.get("min_heads_per_layer", 0))
+        return PruningResult(mask=mask, scores=result.scores, trace=copy.deepcopy(result.trace))
+
     def get_options(self) -> dict[str, Any]:
         """The method's options (defaults merged with what the constructor got), JSON-serialisable."""
         return copy.deepcopy(self.options)

@@ -44,6 +44,10 @@ class ConfidencePruner(HeadPruner):
     defaults = {"exclude_keys": "sep", "split": "mini_dev", "max_examples": 0, "batch_size": 32,
                 "min_heads_per_layer": 0}
 
+    def ranks_once(self) -> bool:
+        """True: the confidences do not depend on the target."""
+        return True
+
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Average :func:`head_confidence` over the split in eval mode; prune the ``target_heads`` lowest.
 

@@ -251,4 +251,30 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
         assert set(context.tokenizer_info["_splits_read"]) <= set(SPLITS)
         results.append(result)
     assert torch.equal(results[0].mask, results[1].mask), f"method '{cls.name}' is not deterministic under a seed"
+    if pruner.ranks_once():
+        check_ranks_once(cls, results[0], seed, family, **options)
     return results[0]
+
+
+def check_ranks_once(cls: type[HeadPruner], result: PruningResult, seed: int = 0, family: str = "bert",
+                     **options: Any) -> None:
+    """For a method that :meth:`~HeadPruner.ranks_once`: ``mask_at(result, K)`` equals a separate ``prune`` at
+    every K of the tiny model (mask and scores), ``result`` being its prune at another K.
+
+    Raises:
+        AssertionError: naming the first K where they differ.
+    """
+    why = "re-trains" if result.retrained else "has no scores" if result.scores is None else ""
+    assert not why, f"method '{cls.name}': ranks_once() is True but its result {why}"
+    model = tiny_model(seed=seed, family=family)
+    shape = synthetic_context(model, seed=seed, target_heads=0, family=family)
+    floor = cls(**options).options.get("min_heads_per_layer", 0)
+    for k in range(shape.total_heads - shape.num_layers * floor + 1):
+        context = synthetic_context(model, seed=seed, target_heads=k, family=family)
+        alone = cls(**options).prune(model, context)
+        derived = cls(**options).mask_at(result, k)
+        assert torch.equal(derived.mask, alone.mask), (
+            f"method '{cls.name}' ranks_once() but mask_at(K={k}) differs from prune() at K={k}: "
+            f"{int((derived.mask != alone.mask).sum())} heads differ")
+        assert torch.equal(derived.scores, alone.scores), (
+            f"method '{cls.name}' ranks_once() but its scores at K={k} differ from those at another K")

@@ -89,7 +89,8 @@ class MichelPruner(HeadPruner):
     Options: estimator (str, "example" or "token"); normalize_by_layer (bool, True): per-layer L2 norm (§4.1);
     mode (str, "one-shot" or "iterative": recompute on the masked model every ``step_fraction`` (0.1) of all
     heads); split (str, "mini_train"); max_examples (int, 0 = all); batch_size (int, 32); min_heads_per_layer
-    (int, 0). ``scores`` = the last pass's ``[L, H]`` importance. Raises OptionError at construction.
+    (int, 0). ``scores`` = the last pass's ``[L, H]`` importance (float64 in one-shot mode, as ranked). Raises
+    OptionError at construction.
     """
 
     name = "michel"
@@ -100,6 +101,16 @@ class MichelPruner(HeadPruner):
     summary = "Michel et al. 2019: prune heads with the lowest E|dL/d gate| (one-shot or iterative)"
     defaults = {"estimator": "example", "normalize_by_layer": True, "mode": "one-shot", "step_fraction": 0.1,
                 "split": "mini_train", "max_examples": 0, "batch_size": 32, "min_heads_per_layer": 0}
+
+    def ranks_once(self) -> bool:
+        """True in one-shot mode (one importance pass); iterative passes depend on the target."""
+        return self.options["mode"] == "one-shot"
+
+    def mask_at(self, result: PruningResult, target_heads: int) -> PruningResult:
+        """The one-shot mask at ``target_heads`` from ``result``'s importance scores."""
+        derived = super().mask_at(result, target_heads)
+        derived.trace = {**derived.trace, "steps": [int(target_heads)]}
+        return derived
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """One-shot or iterative (official ``--exact_pruning``) pruning by :func:`head_importance`; weights untouched.
@@ -122,9 +133,9 @@ class MichelPruner(HeadPruner):
 
         mask = torch.ones(context.num_layers, context.num_heads)
         if opts["mode"] == "one-shot" or target == 0:
-            scores = scores_for(None)
+            scores = scores_for(None)  # float64, as ranked: mask_at ranks the very same values
             mask = lowest_k_mask(scores, target, opts["min_heads_per_layer"])
-            return PruningResult(mask=mask, scores=scores.float(), trace={"steps": [target]})
+            return PruningResult(mask=mask, scores=scores, trace={"steps": [target]})
         step = max(1, math.ceil(opts["step_fraction"] * context.total_heads))
         steps = []
         scores = None

@@ -23,6 +23,16 @@ class RandomPruner(HeadPruner):
     defaults = {"min_heads_per_layer": 0, "per_layer": True}
     constraints = {"min_heads_per_layer": Interval(0, None)}
 
+    def ranks_once(self) -> bool:
+        """True: the draw order does not depend on the target (a per-layer target is drawn anew)."""
+        return True
+
+    def mask_at(self, result: PruningResult, target_heads: int) -> PruningResult:
+        """The first ``target_heads`` heads of ``result``'s draw (its ``scores``), skipping floored layers."""
+        if result.trace.get("mode") != "global":
+            raise ValueError("random: mask_at continues a global draw, not a per-layer one")
+        return super().mask_at(result, target_heads)
+
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """The ``[L, H]`` mask; ``scores`` = each head's rank in the draw (pruned first = lowest).
 

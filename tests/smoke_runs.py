@@ -38,10 +38,11 @@ def run_smoke(out, glue_dir, **overrides: Any) -> Runner:
 
 def _without_timings(value: Any) -> Any:
     """A method's trace without what differs between two runs of the same cell: wall times (keys holding
-    ``seconds``: AUBER's per-layer timings) and whether a cache was hit (``cache``: redundancy's distance matrix,
-    computed once per process)."""
+    ``seconds``: AUBER's per-layer timings; ``*wall_s``: a score pass's) and whether a cache was hit (``cache``:
+    redundancy's distance matrix, computed once per process)."""
     if isinstance(value, dict):
-        return {k: _without_timings(v) for k, v in value.items() if "seconds" not in k and k != "cache"}
+        return {k: _without_timings(v) for k, v in value.items()
+                if "seconds" not in k and not k.endswith("wall_s") and k != "cache"}
     if isinstance(value, list):
         return [_without_timings(v) for v in value]
     return value

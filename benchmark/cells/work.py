@@ -4,7 +4,6 @@ The serial runner and the Ray workers call the same methods; every input besides
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import warnings
@@ -17,6 +16,7 @@ import torch
 from headprune_bench.benchmark import models, tasks, training
 from headprune_bench.benchmark.cells import bench as cell
 from headprune_bench.benchmark.cells.bench import SeedBench, TaskData, train_splits
+from headprune_bench.benchmark.cells.levels import ScorePass, stored_pass, with_floor
 from headprune_bench.benchmark.config.presets import ConfigError
 from headprune_bench.benchmark.config.run import RunConfig
 from headprune_bench.benchmark.provenance import machine_name, now_utc
@@ -27,6 +27,7 @@ from headprune_bench.benchmark.store.records import (
     ORIGINAL,
     OWN,
     OWN_BUDGET,
+    PRUNE_ONLY,
     RECOVER,
     BudgetInfo,
     CellKey,
@@ -34,7 +35,7 @@ from headprune_bench.benchmark.store.records import (
     Record,
 )
 from headprune_bench.benchmark.training import Counter
-from headprune_bench.methods.base import HeadPruner, PruningResult, apply_layer_floor
+from headprune_bench.methods.base import HeadPruner, PruningResult
 
 log = logging.getLogger("benchmark")
 
@@ -79,15 +80,6 @@ def check_floor(floor: int, num_layers: int, num_heads: int, target: int | None)
                           f"while every one of the {num_layers} layers keeps {floor}")
 
 
-def with_floor(result: PruningResult, floor: int) -> PruningResult:
-    """``result`` with its mask moved to the per-layer floor (:func:`methods.base.apply_layer_floor`; unchanged
-    without a floor); the trace's ``layer_floor`` says which heads were restored and which pruned instead."""
-    if not floor:
-        return result
-    mask, moves = apply_layer_floor(result.mask, result.scores, floor)
-    return dataclasses.replace(result, mask=mask, trace={**result.trace, "layer_floor": {"min_heads": floor, **moves}})
-
-
 @dataclass
 class PruneState:
     """A method's prune step, kept so that its ``prune+recover`` cell reuses it instead of pruning again.
@@ -99,12 +91,15 @@ class PruneState:
         cost: the prune's ``forward_examples`` / ``backward_examples`` (counted again by the reusing cell).
         from_record: read back from a stored prune-only record (:meth:`of_record`): mask, scores and trace, but
             no re-trained model, so an ``own-fine-tuning`` cell cannot reuse it.
+        score_pass: the scores the method's cells at other budget levels derive their masks from (a method that
+            ranks once), or None.
     """
 
     result: PruningResult
     prune_s: float
     cost: dict[str, int]
     from_record: bool = False
+    score_pass: ScorePass | None = None
 
     @classmethod
     def of_record(cls, record: dict[str, Any]) -> PruneState:
@@ -129,9 +124,11 @@ def prune_input(condition: str, reuse: PruneState | None, stored_prune: dict[str
     return reuse
 
 
-def will_prune(method: str, condition: str, reuse: PruneState | None, stored_prune: dict[str, Any] | None) -> bool:
-    """Whether a cell runs its method's prune step (:func:`prune_input`; the unpruned model never does)."""
-    return prunes_again(method, condition, computed=reuse is not None and not reuse.from_record,
+def will_prune(method: str, condition: str, reuse: PruneState | None, stored_prune: dict[str, Any] | None,
+               scored: bool = False) -> bool:
+    """Whether a cell runs its method's prune step (:func:`prune_input`; the unpruned model never does; nor a cell
+    that derives its mask from a score pass, ``scored``)."""
+    return prunes_again(method, condition, computed=scored or (reuse is not None and not reuse.from_record),
                         stored=stored_prune is not None or (reuse is not None and reuse.from_record))
 
 
@@ -148,9 +145,9 @@ class CellWork:
     """The part of a run every cell needs, picklable so that a Ray worker gets it whole.
 
     Attributes:
-        cfg: the run's :class:`~headprune_bench.benchmark.config.run.RunConfig`.
+        cfg: the run's :class:`~headprune_bench.benchmark.config.run.RunConfig` (its budget levels:
+            ``cfg.budgets``, keyed as ``cfg.level_labels``).
         provenance: what every record carries (git commit, versions, model revision, data hashes, config hash).
-        budget_label: the run's budget as recorded (``fraction:0.3``, ``matched:auber/per-layer``, ...).
         method_classes: the run's methods by name, so that a worker needs no registry (a method registered on
             the fly by the driver's script travels with them).
         device: where cells run.
@@ -158,7 +155,6 @@ class CellWork:
 
     cfg: RunConfig
     provenance: dict[str, Any]
-    budget_label: str
     method_classes: dict[str, type[HeadPruner]]
     device: torch.device
 
@@ -168,35 +164,56 @@ class CellWork:
         """A fresh pruner of ``method`` with this run's options for it."""
         return self.method_classes[method](**self.cfg.method_options.get(method, {}))
 
-    def budget_spec(self, method: str) -> str:
-        """The budget a cell of ``method`` is keyed and recorded with: ``none`` for the unpruned model, ``own`` for
-        a method that decides its own count (``HeadPruner.own_budget``, e.g. AUBER), else the run's budget."""
+    def levels_of(self, method: str) -> list[str]:
+        """The budget specs ``method``'s cells are keyed with: ``none`` for the unpruned model, ``own`` for a method
+        that decides its own count (``HeadPruner.own_budget``, e.g. AUBER), the ``matched:`` level for its budget
+        setter, else every level of the run, in order."""
         if method == ORIGINAL:
-            return NO_BUDGET
+            return [NO_BUDGET]
         if self.method_classes[method].own_budget:
-            return OWN_BUDGET + floor_suffix(self.cfg)
-        return self.budget_label
+            return [OWN_BUDGET + floor_suffix(self.cfg)]
+        if method == self.setter():
+            return [self.cfg.level_label(self.cfg.matched)]
+        return self.cfg.level_labels
 
-    def cell_key(self, task: str, seed: int, method: str, condition: str) -> CellKey:
-        """The key of a planned cell, with this run's budget spec and the options ``method`` runs with."""
+    def budget_spec(self, method: str, level: str | None = None) -> str:
+        """The budget spec of ``method``'s cell at ``level`` (a label of ``cfg.level_labels``; None: the first of
+        :meth:`levels_of`); the unpruned model's and an own-count method's whatever the level."""
+        specs = self.levels_of(method)
+        return level if len(specs) > 1 and level is not None else specs[0]
+
+    def cell_key(self, task: str, seed: int, method: str, condition: str, level: str | None = None) -> CellKey:
+        """The key of a planned cell at ``level`` (:meth:`budget_spec`), with the options ``method`` runs with."""
         options = None if method == ORIGINAL else self.create(method).get_options()
-        return CellKey.of(task, seed, method, self.budget_spec(method), condition, options)
+        return CellKey.of(task, seed, method, self.budget_spec(method, level), condition, options)
 
-    def key(self, task: str, seed: int, method: str, condition: str) -> str:
+    def key(self, task: str, seed: int, method: str, condition: str, level: str | None = None) -> str:
         """:meth:`cell_key` as the string ``records.jsonl`` stores."""
-        return str(self.cell_key(task, seed, method, condition))
+        return str(self.cell_key(task, seed, method, condition, level))
 
     def setter(self) -> str | None:
-        """The budget setter of ``matched:METHOD`` (None for any other budget)."""
-        return self.cfg.budget.value if self.cfg.budget.kind == "matched" else None
+        """The budget setter of the ``matched:METHOD`` level (None without one)."""
+        return self.cfg.matched.value if self.cfg.matched is not None else None
 
-    def takes_setter(self, method: str) -> bool:
-        """Whether cells of ``method`` take the budget setter's prune-only record (and so wait for it on Ray): with
-        ``matched:METHOD``, every method but the unpruned model, the setter itself and a method that decides its
-        own count (``own_budget``, e.g. ``auber-null`` beside ``matched:auber``)."""
+    def takes_setter(self, method: str, level: str | None = None) -> bool:
+        """Whether ``method``'s cells at ``level`` take the budget setter's prune-only record (and so wait for it on
+        Ray): at the ``matched:METHOD`` level, every method but the unpruned model, the setter itself and a method
+        that decides its own count (``own_budget``, e.g. ``auber-null`` beside ``matched:auber``)."""
         setter = self.setter()
-        return (setter is not None and method not in (ORIGINAL, setter)
-                and not self.method_classes[method].own_budget)
+        if setter is None or method in (ORIGINAL, setter) or self.method_classes[method].own_budget:
+            return False
+        return self.budget_spec(method, level) == self.cfg.level_label(self.cfg.matched)
+
+    def ranks_once(self, method: str) -> bool:
+        """Whether ``method``'s cells at several levels share one score pass (``HeadPruner.ranks_once``)."""
+        return method != ORIGINAL and len(self.levels_of(method)) > 1 and self.create(method).ranks_once()
+
+    def pass_level(self, method: str) -> str | None:
+        """The level whose prune-only cell scores for ``method``'s other levels on Ray (the first one whose target
+        is a count, not ``--match-per-layer``'s per-layer counts); None: every cell prunes."""
+        if not self.ranks_once(method):
+            return None
+        return next((label for label in self.cfg.level_labels if "/per-layer" not in label), None)
 
     # ------------------------------------------------------------------ base model and bench
 
@@ -269,8 +286,8 @@ class CellWork:
     # ------------------------------------------------------------------ one cell
 
     def run_cell(self, bench: SeedBench, method: str, condition: str, setter_record: dict[str, Any] | None,
-                 reuse: PruneState | None = None,
-                 stored_prune: dict[str, Any] | None = None) -> tuple[Record, PruneState | None]:
+                 reuse: PruneState | None = None, stored_prune: dict[str, Any] | None = None,
+                 level: str | None = None, scores: Any = None) -> tuple[Record, PruneState | None]:
         """One cell: prune step, condition step, dev evaluation; returns the record (its ``cell`` key and
         ``base_failed`` are left to the caller) and the prune step (None for the unpruned model) for reuse.
 
@@ -281,6 +298,9 @@ class CellWork:
             stored_prune: that prune-only cell's stored record, when this run did not compute it (a resumed run):
                 a ``prune+recover`` cell then recovers its mask (:meth:`PruneState.of_record`); an
                 ``own-fine-tuning`` cell prunes again (it needs the weights) and warns if its mask differs.
+            level: the cell's budget level (a label of ``cfg.level_labels``; None: the first).
+            scores: a score pass of this method at another level of this (task, seed) (:meth:`score_pass`
+                takes it), from which a prune-only cell derives its mask instead of pruning; None: it prunes.
 
         Raises:
             ConfigError: the method needs a head budget and none applies.
@@ -289,7 +309,8 @@ class CellWork:
         counter = Counter()
         started, t0 = now_utc(), time.time()
         reuse = prune_input(condition, reuse, stored_prune)
-        pruned, state, model, mask = self.cell_model(bench, method, condition, counter, setter_record, reuse)
+        pruned, state, model, mask = self.cell_model(bench, method, condition, counter, setter_record, reuse, level,
+                                                     self.score_pass(method, scores))
         dev = cell.evaluate_on_dev(bench, model, mask, counter)
         cost = Cost(wall_s=round(time.time() - t0, 3), prune_wall_s=round(pruned.prune_s, 3), device=str(self.device),
                     machine=machine_name(self.device), threads=torch.get_num_threads(), **counter.as_dict())
@@ -302,7 +323,8 @@ class CellWork:
         return record, state
 
     def cell_model(self, bench: SeedBench, method: str, condition: str, counter: Counter,
-                   setter_record: dict[str, Any] | None, reuse: PruneState | None
+                   setter_record: dict[str, Any] | None, reuse: PruneState | None, level: str | None = None,
+                   scores: ScorePass | None = None
                    ) -> tuple[cell.Pruned, PruneState | None, torch.nn.Module, torch.Tensor | None]:
         """The model a cell evaluates: its prune step (``reuse``'d when given), then the condition's step
         (recovery, the control's fine-tune, or the method's own weights).
@@ -313,59 +335,86 @@ class CellWork:
         Raises:
             ConfigError / RuntimeError: as :meth:`run_cell`.
         """
-        pruned, state = self._prune_step(bench, method, counter, setter_record, reuse)
+        pruned, state = self._prune_step(bench, method, counter, setter_record, reuse, level, scores)
         model = cell.condition_step(bench, pruned, condition, counter)
         return pruned, state, model, cell.dev_mask(method, condition, pruned)
 
+    def score_pass(self, method: str, source: Any) -> ScorePass | None:
+        """The score pass of ``source``: a :class:`ScorePass`, a :class:`PruneState` holding one, or a stored
+        prune-only record of ``method`` at another level (:func:`~headprune_bench.benchmark.cells.levels.stored_pass`
+        checks it); None when there is none or ``method`` does not rank once."""
+        if source is None or method == ORIGINAL or not self.create(method).ranks_once():
+            return None
+        if isinstance(source, PruneState):
+            return source.score_pass
+        if isinstance(source, dict):
+            return stored_pass(source, self.create(method), self.cfg.min_heads_per_layer)
+        return source
+
     def _prune_step(self, bench: SeedBench, method: str, counter: Counter, setter_record: dict[str, Any] | None,
-                    reuse: PruneState | None) -> tuple[cell.Pruned, PruneState | None]:
+                    reuse: PruneState | None, level: str | None = None,
+                    scores: ScorePass | None = None) -> tuple[cell.Pruned, PruneState | None]:
         """Prune a copy of the base model with ``method`` under the cell's budget, or take ``reuse`` (its cost is
-        counted again)."""
+        counted again), or derive the mask from ``scores`` (their cost is counted in the cell that scored)."""
         if method == ORIGINAL:
             return cell.unpruned(bench), None
         pruner = self.create(method)
         options = pruner.get_options()
-        budget, per_layer = self._cell_budget(pruner, method, bench, setter_record)
+        floor = self.cfg.min_heads_per_layer
+        budget, per_layer = self._cell_budget(pruner, method, bench, setter_record, level)
+        fixed = budget.target is not None and per_layer is None and pruner.ranks_once()
         if reuse is not None:  # the prune-only cell of this method: same mask, no recompute
             state = reuse
             counter.forward += state.cost["forward_examples"]
             counter.backward += state.cost["backward_examples"]
+        elif scores is not None and fixed:
+            result, seconds = scores.derive(pruner, int(budget.target), floor)
+            state = PruneState(result, seconds, {"forward_examples": 0, "backward_examples": 0}, score_pass=scores)
         else:
             ctx = bench.context(counter, budget.target, per_layer)
             work = training.clone_model(bench.base)
             t_prune = time.time()
-            result = with_floor(pruner.prune(work, ctx), self.cfg.min_heads_per_layer)
+            own = pruner.prune(work, ctx)
+            result = with_floor(own, floor)
             state = PruneState(result, time.time() - t_prune, counter.as_dict())
+            if fixed and not own.retrained and own.scores is not None:
+                key = self.key(bench.data.spec.name, bench.seed, method, PRUNE_ONLY, level)
+                state.score_pass = ScorePass(own, key, state.prune_s, dict(state.cost))
         return cell.pruned_by(bench, method, state.result, options, budget, state.prune_s), state
 
     def _cell_budget(self, pruner: HeadPruner, method: str, bench: SeedBench,
-                     setter_record: dict[str, Any] | None) -> tuple[BudgetInfo, list[int] | None]:
-        """The budget of a cell of ``method`` (``achieved`` still 0: set from the mask) and the per-layer target
-        counts (``[L]``, with ``--match-per-layer``; else None).
+                     setter_record: dict[str, Any] | None,
+                     level: str | None = None) -> tuple[BudgetInfo, list[int] | None]:
+        """The budget of a cell of ``method`` at ``level`` (``achieved`` still 0: set from the mask) and the
+        per-layer target counts (``[L]``, with ``--match-per-layer``; else None).
 
         Raises:
             ConfigError: the method needs a head budget and none applies.
         """
-        spec = self.budget_spec(method)
+        spec = self.budget_spec(method, level)
         if method == self.setter():
-            return BudgetInfo(spec, None, 0, f"decides its own count; sets the budget {self.budget_label}"), None
+            matched = self.cfg.level_label(self.cfg.matched)
+            return BudgetInfo(spec, None, 0, f"decides its own count; sets the budget {matched}"), None
         if pruner.own_budget:
             target, per_layer, note = None, None, "decides its own count"
         else:
-            target, per_layer, note = self.target(bench.data.spec, bench.seed, bench.total_heads, setter_record)
+            target, per_layer, note = self.target(bench.data.spec, bench.seed, bench.total_heads, setter_record,
+                                                  spec)
         if target is None and pruner.needs_target:
             raise ConfigError(f"method '{method}' needs a head budget")
         return BudgetInfo(spec, target, 0, note), per_layer
 
-    def target(self, spec: tasks.TaskSpec, seed: int, total_heads: int,
-               setter_record: dict[str, Any] | None) -> tuple[int | None, list[int] | None, str]:
-        """(target head count, per-layer counts or None, note) of the run's budget on a (task, seed): the count of
-        ``heads:K`` / ``fraction:F``, or the count the setter of ``matched:METHOD`` pruned there.
+    def target(self, spec: tasks.TaskSpec, seed: int, total_heads: int, setter_record: dict[str, Any] | None,
+               level: str | None = None) -> tuple[int | None, list[int] | None, str]:
+        """(target head count, per-layer counts or None, note) of a budget level (a label of ``cfg.level_labels``;
+        None: the first) on a (task, seed): the count of ``heads:K`` / ``fraction:F``, or the count the setter of
+        ``matched:METHOD`` pruned there.
 
         Raises:
             RuntimeError: ``matched:METHOD`` and ``setter_record`` is None (the setter's cell failed).
         """
-        budget = self.cfg.budget
+        labels = self.cfg.level_labels
+        budget = self.cfg.budgets[labels.index(level) if level in labels else 0]
         if budget.kind != "matched":
             return budget.target(total_heads), None, budget.label
         if setter_record is None:

@@ -86,18 +86,75 @@ def parse_budget(text: str) -> Budget:
         raise ConfigError(f"--budget {text!r}: expected heads:K, fraction:F or matched:METHOD")
     kind, raw = m.groups()
     if kind == "heads":
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):
             raise ConfigError(f"--budget {text!r}: K must be a non-negative integer")
         return Budget("heads", int(raw))
     if kind == "fraction":
         try:
+            if not raw.isascii():  # float() reads other scripts' digits: ASCII only, as --seeds
+                raise ValueError(raw)
             value = float(raw)
         except ValueError:
             raise ConfigError(f"--budget {text!r}: F must be a number in [0, 1]") from None
-        if not 0.0 <= value <= 1.0:
+        if not 0.0 <= value <= 1.0:  # (NaN too)
             raise ConfigError(f"--budget {text!r}: F must be in [0, 1]")
         return Budget("fraction", value)
     return Budget("matched", raw)
+
+
+def parse_budgets(text: str, sweep: str | None = None) -> list[Budget]:
+    """The levels of ``--budget``: one budget, or a comma-separated list whose bare items continue the kind before
+    them (``fraction:0.1,0.5,0.9``, ``heads:8,16``, ``fraction:0.3,0.5,matched:auber``); ``sweep`` stands for the
+    preset's levels (``sweep``, a list in this syntax). At most one ``matched:`` item.
+
+    Raises:
+        ConfigError: an empty item, an item that is not a level, a level given twice, a second ``matched:``, or
+            ``sweep`` without preset levels; the message quotes the item.
+    """
+    items = [item.strip() for item in text.split(",")]
+    levels: list[Budget] = []
+    kind = None
+    for position, item in enumerate(items, 1):
+        if not item:
+            raise ConfigError(f"--budget {text!r}: item {position} is empty; expected a comma-separated list such "
+                              f"as fraction:0.1,0.5,0.9")
+        if item == "sweep":
+            if not sweep:
+                raise ConfigError(f"--budget {text!r}: this preset has no sweep levels; list them, e.g. "
+                                  f"fraction:0.1,0.3,0.5,0.7,0.9")
+            new = parse_budgets(sweep)
+        elif ":" not in item and kind in ("heads", "fraction"):
+            new = [parse_budget(f"{kind}:{item}")]
+        elif ":" not in item:
+            raise ConfigError(f"--budget {text!r}: item {item!r} has no kind; write heads:K, fraction:F or "
+                              f"matched:METHOD (a bare number continues a heads: or fraction: item)")
+        else:
+            new = [parse_budget(item)]
+        for budget in new:
+            if budget in levels:
+                raise ConfigError(f"--budget {text!r}: level {budget.label} is given twice")
+            if budget.kind == "matched" and any(b.kind == "matched" for b in levels):
+                raise ConfigError(f"--budget {text!r}: {budget.label}: at most one matched: level")
+            levels.append(budget)
+        kind = levels[-1].kind
+    return levels
+
+
+def check_levels(levels: list[Budget], total_heads: int) -> None:
+    """Refuse fixed levels out of range for a model of ``total_heads`` heads, or two that prune the same count.
+
+    Raises:
+        ConfigError: naming the ``--budget`` items.
+    """
+    counts: dict[int, str] = {}
+    for budget in levels:
+        count = budget.target(total_heads)
+        if count is None:
+            continue
+        if count in counts:
+            raise ConfigError(f"--budget: {counts[count]} and {budget.label} both prune {count} of the model's "
+                              f"{total_heads} heads; give each level once")
+        counts[count] = budget.label
 
 
 @dataclass
@@ -117,6 +174,7 @@ class Preset:
     max_train_examples: int = 0  # 0 = the whole train split
     max_dev_examples: int = 0  # 0 = the whole dev split
     mini_dev_fraction: float = 0.25
+    sweep: str = ""  # the levels of --budget sweep (docs/running.md, "Curves")
 
 
 PRESETS: dict[str, Preset] = {
@@ -127,6 +185,7 @@ PRESETS: dict[str, Preset] = {
         model="bert-base-cased",
         seeds=list(range(10)),
         budget="matched:auber",  # the AUBER paper's protocol: every method prunes as many heads as AUBER
+        sweep="fraction:0.1,0.3,0.5,0.7,0.9",
         train=TrainConfig(lr=2e-5, batch_size=32, epochs=3.0),
         recover=TrainConfig(lr=2e-5, batch_size=32, epochs=3.0, early_stopping=True, evals_per_epoch=2, patience=2),
     ),
@@ -137,6 +196,7 @@ PRESETS: dict[str, Preset] = {
         model="minilm-l6",
         seeds=[0, 1, 2],
         budget="fraction:0.3",
+        sweep="fraction:0.1,0.3,0.5,0.7,0.9",
         train=TrainConfig(lr=5e-5, batch_size=32, epochs=3.0),
         recover=TrainConfig(lr=5e-5, batch_size=32, epochs=1.0, early_stopping=True, evals_per_epoch=2, patience=2),
         max_length=128,
@@ -157,6 +217,7 @@ PRESETS: dict[str, Preset] = {
         model="minilm-l6",
         seeds=[0],
         budget="fraction:0.3",
+        sweep="fraction:0.1,0.5,0.9",
         train=TrainConfig(lr=5e-5, batch_size=16, epochs=1.0),
         recover=TrainConfig(lr=5e-5, batch_size=16, epochs=1.0, early_stopping=True, evals_per_epoch=1, patience=1),
         max_length=64,

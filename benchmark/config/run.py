@@ -19,7 +19,7 @@ from headprune_bench.benchmark.config.presets import (
     ConfigError,
     Preset,
     get_preset,
-    parse_budget,
+    parse_budgets,
     parse_duration,
 )
 from headprune_bench.methods.registry import in_methods_all
@@ -41,7 +41,8 @@ class RunConfig:
         methods: method names, in the order given.
         tasks: task names.
         seeds: the seeds, each one paired replicate.
-        budget: the head budget of every method that needs one.
+        budgets: the budget levels of every method that needs a head count, in the order given (one, or a sweep's
+            levels; at most one ``matched:``).
         model: model alias, hub name or folder.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         data_dir: the GLUE folder, or None (``$GLUE_DIR``, else the hub).
@@ -67,7 +68,7 @@ class RunConfig:
     methods: list[str]
     tasks: list[str]
     seeds: list[int]
-    budget: Budget
+    budgets: list[Budget]
     model: str
     device: str = "auto"
     data_dir: str | None = None
@@ -82,6 +83,22 @@ class RunConfig:
     threads_per_cell: int | None = None
     gpus_per_cell: float | None = None
     time_limit_s: float | None = None
+
+    @property
+    def matched(self) -> Budget | None:
+        """The ``matched:METHOD`` level, or None."""
+        return next((b for b in self.budgets if b.kind == "matched"), None)
+
+    def level_label(self, budget: Budget) -> str:
+        """The budget spec cells of ``budget``'s level are keyed and recorded with (``fraction:0.3``,
+        ``matched:auber/per-layer``, ``heads:8/floor:2``)."""
+        per_layer = "/per-layer" if self.match_per_layer and budget.kind == "matched" else ""
+        return budget.label + per_layer + (f"/floor:{self.min_heads_per_layer}" if self.min_heads_per_layer else "")
+
+    @property
+    def level_labels(self) -> list[str]:
+        """:meth:`level_label` of every level, in order."""
+        return [self.level_label(b) for b in self.budgets]
 
 
 RAY_MISSING = ("Ray is not installed; --workers and --ray-address run cells on Ray. Install it with: "
@@ -99,7 +116,9 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
     preset's. ``workers`` / ``ray_address`` / ``threads_per_cell`` / ``gpus_per_cell``: see :func:`check_execution`.
-    ``time_limit``: ``--time-limit``'s text (:func:`headprune_bench.benchmark.config.presets.parse_duration`), or None.
+    ``budget``: ``--budget``'s text (:func:`~headprune_bench.benchmark.config.presets.parse_budgets`), None: the
+    preset's. ``time_limit``: ``--time-limit``'s text
+    (:func:`~headprune_bench.benchmark.config.presets.parse_duration`), or None.
 
     Raises:
         ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
@@ -115,14 +134,14 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     except ValueError as exc:
         raise ConfigError(f"--tasks: {exc}") from None
     seed_list = list(p.seeds) if seeds is None else parse_seeds(seeds)
-    parsed_budget = parse_budget(budget or p.budget)
+    levels = parse_budgets(budget or p.budget, p.sweep)
     if min_heads_per_layer < 0:
         raise ConfigError(f"--min-heads-per-layer {min_heads_per_layer}: expected 0 (no floor) or more heads")
-    if match_per_layer and parsed_budget.kind != "matched":
+    if match_per_layer and not any(b.kind == "matched" for b in levels):
         raise ConfigError(f"--match-per-layer matches a budget setter's per-layer counts: it needs --budget "
-                          f"matched:METHOD, not {parsed_budget.label}")
+                          f"matched:METHOD, not {','.join(b.label for b in levels)}")
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
-                     budget=parsed_budget, model=models.normalize_model(model or p.model), device=device,
+                     budgets=levels, model=models.normalize_model(model or p.model), device=device,
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
                      min_heads_per_layer=min_heads_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,

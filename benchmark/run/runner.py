@@ -16,15 +16,15 @@ from tqdm.auto import tqdm
 from headprune_bench import methods
 from headprune_bench.benchmark import models, tasks
 from headprune_bench.benchmark.cells.bench import SeedBench, TaskData, prepare_task
+from headprune_bench.benchmark.cells.levels import ScorePass
 from headprune_bench.benchmark.cells.work import (
     CellWork,
     PruneState,
     check_floor,
-    floor_suffix,
     warn_other_base,
     will_prune,
 )
-from headprune_bench.benchmark.config.presets import ConfigError, Experiment
+from headprune_bench.benchmark.config.presets import ConfigError, Experiment, check_levels
 from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - re-exported for callers
 from headprune_bench.benchmark.execution.resolve import resolve_execution
 from headprune_bench.benchmark.execution.stopping import StopRequest, starts_after_stop, stop_between_cells
@@ -71,13 +71,15 @@ class Runner:
         self.method_names = self._method_order()
         model_config = models.check_architecture(config.model)
         total_heads = model_config.num_hidden_layers * model_config.num_attention_heads
-        fixed = config.budget.target(total_heads) if config.budget.kind != "matched" else None  # heads:K too large
+        check_levels(config.budgets, total_heads)  # heads:K too large, two levels of one count
+        fixed = [b.target(total_heads) for b in config.budgets if b.kind != "matched"] or [None]
         check_floor(config.min_heads_per_layer, model_config.num_hidden_layers, model_config.num_attention_heads,
-                    fixed)
+                    max(fixed, key=lambda t: -1 if t is None else t))
         for name in self.method_names:  # fails now, not after training: checks that need the model and budget
             pruner = methods.create(name, **config.method_options.get(name, {}))
-            pruner.check_setup(model_config.num_hidden_layers, model_config.num_attention_heads,
-                               None if pruner.own_budget or not pruner.needs_target else fixed, model_config)
+            for target in fixed:
+                pruner.check_setup(model_config.num_hidden_layers, model_config.num_attention_heads,
+                                   None if pruner.own_budget or not pruner.needs_target else target, model_config)
         quiet_libraries()
         self.out.mkdir(parents=True, exist_ok=True)  # only now: a refused configuration leaves no empty folder
         self._setup_logging()
@@ -96,8 +98,7 @@ class Runner:
             # only a non-default precision enters the experiment, so folders made before --precision keep their hash
             extra={"precision": config.precision} if config.precision != "fp32" else {},
         )
-        per_layer = config.match_per_layer and config.budget.kind == "matched"
-        self.budget_label = config.budget.label + ("/per-layer" if per_layer else "") + floor_suffix(config)
+        self.budget_label = ",".join(config.level_labels)
         self.config_hash = check_run_json(self.out, self.experiment)
         self.store = RecordStore(self.out)
         for broken in self.store.rejected:
@@ -106,7 +107,7 @@ class Runner:
         self.provenance = {"git_commit": git_commit(self.out), "versions": library_versions(), "model": config.model,
                            "model_revision": self.experiment.model_revision,
                            "data_hashes": self.experiment.data_hashes, "config_hash": self.config_hash}
-        self.work = CellWork(cfg=config, provenance=self.provenance, budget_label=self.budget_label,
+        self.work = CellWork(cfg=config, provenance=self.provenance,
                              method_classes={m: methods.get_method_class(m) for m in self.method_names},
                              device=self.device)
         self.failures: list[dict[str, Any]] = []
@@ -115,8 +116,10 @@ class Runner:
         self.not_run = 0
         self.limit: TimeLimit | None = None  # run()'s, with --time-limit
         self.tokenizer = None  # loaded by the first task_data()
-        # the last prune step, reused by the prune+recover cell of the same (task, seed, method)
-        self._pruned: dict[tuple[str, int, str], PruneState] = {}
+        # the last prune step, reused by the prune+recover cell of the same (task, seed, method, level)
+        self._pruned: dict[tuple[str, int, str, str], PruneState] = {}
+        # the score passes of the (task, seed) running, by method (a sweep's levels derive their masks from them)
+        self._passes: dict[tuple[str, int, str], ScorePass] = {}
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -131,8 +134,8 @@ class Runner:
         names = list(dict.fromkeys(self.cfg.methods))
         for name in names:  # fail fast on unknown names / options
             self._create(name)
-        if self.cfg.budget.kind == "matched":
-            setter = self.cfg.budget.value
+        if self.cfg.matched is not None:
+            setter = self.cfg.matched.value
             if methods.get_method_class(setter).needs_target:
                 raise ConfigError(
                     f"--budget matched:{setter}: {setter} itself needs a head count; the budget setter must be a "
@@ -170,13 +173,14 @@ class Runner:
                     cells.append(self.work.cell_key(spec.name, seed, ORIGINAL, CONTROL))
                 for name in self.method_names:
                     own = [OWN] if self._create(name).changes_weights() else []
-                    for cond in conditions + own:
-                        cells.append(self.work.cell_key(spec.name, seed, name, cond))
+                    for level in self.work.levels_of(name):
+                        for cond in conditions + own:
+                            cells.append(self.work.cell_key(spec.name, seed, name, cond, level))
         return cells
 
-    def _key(self, task: str, seed: int, method: str, condition: str) -> str:
+    def _key(self, task: str, seed: int, method: str, condition: str, level: str | None = None) -> str:
         """The key of a planned cell (:meth:`CellWork.key <headprune_bench.benchmark.cells.work.CellWork.key>`)."""
-        return self.work.key(task, seed, method, condition)
+        return self.work.key(task, seed, method, condition, level)
 
     def _create(self, method: str):
         """A fresh pruner of ``method`` with this run's options for it."""
@@ -262,23 +266,25 @@ class Runner:
         bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         resumed = self.store.get(original_key) is not None  # its cells check the base model against that record
+        self._passes = {}
         for cell in cells:
-            key, method, condition = str(cell), cell.method, cell.condition
+            key, method, condition, level = str(cell), cell.method, cell.condition, cell.budget
             if key not in todo:
                 continue
-            inputs = self._cell_inputs(bench, method, condition)
+            inputs = self._cell_inputs(bench, method, condition, level)
             holds_weights = starts_after_stop(condition, inputs[1])  # seconds now, else a prune step again later
             if self.stop.requested and not holds_weights:
                 continue
             if self.limit is not None and not holds_weights:
+                scored = self.work.score_pass(method, inputs[3]) is not None
                 refusal = self.limit.cell_refusal(spec.name, method, condition,
-                                                  will_prune(method, condition, *inputs[1:]))
+                                                  will_prune(method, condition, *inputs[1:3], scored=scored))
                 if refusal is not None:
                     log.info("cell %s not started: %s", key, refusal)
                     continue
             bar.set_description(f"{spec.name} s{seed} {method} {condition}")
             try:
-                record = self._run_cell(bench, method, condition, inputs)
+                record = self._run_cell(bench, method, condition, inputs, level)
             except Exception as exc:  # noqa: BLE001 - a failed cell must not lose the others
                 self.record_failure(key, spec.name, seed, method, condition, f"{type(exc).__name__}: {exc}",
                                     traceback.format_exc())
@@ -291,24 +297,35 @@ class Runner:
                     self.limit.times.add_record(record.to_dict())
             bar.update(1)
 
-    def _cell_inputs(self, bench: SeedBench, method: str, condition: str):
-        """``(setter record, reused prune step, stored prune-only record)`` of a cell, as
+    def _cell_inputs(self, bench: SeedBench, method: str, condition: str, level: str | None = None):
+        """``(setter record, reused prune step, stored prune-only record, score pass)`` of a cell, as
         :meth:`CellWork.run_cell <benchmark.cells.work.CellWork.run_cell>` takes them: the setter's record and a
-        resumed run's prune-only record from the store, this run's last prune step of the method."""
+        resumed run's prune-only record from the store, this run's last prune step of the method at ``level``; for
+        a prune-only cell of a method that ranks once, this (task, seed)'s score pass of it, else a stored
+        prune-only record of it at another level of the run (None: it prunes)."""
         spec = bench.data.spec
         setter = self.work.setter()
         setter_record = self.store.get(self._key(spec.name, bench.seed, setter, PRUNE_ONLY)) if setter else None
-        reuse = self._pruned.get((spec.name, bench.seed, method))
+        reuse = self._pruned.get((spec.name, bench.seed, method, level))
         stored = None
         if condition in REUSES_PRUNE and (reuse is None or reuse.from_record):  # resumed: prune-only was stored
-            stored = self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY))
-        return setter_record, reuse, stored
+            stored = self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY, level))
+        scores = None
+        if condition == PRUNE_ONLY and self.work.ranks_once(method):
+            scores = self._passes.get((spec.name, bench.seed, method)) or next(
+                (r for r in (self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY, other))
+                             for other in self.work.levels_of(method) if other != level) if r is not None), None)
+        return setter_record, reuse, stored, scores
 
-    def _run_cell(self, bench: SeedBench, method: str, condition: str, inputs) -> Record:
-        """One cell with its :meth:`_cell_inputs`; a method's prune step is kept for its other conditions."""
-        record, state = self.work.run_cell(bench, method, condition, *inputs)
+    def _run_cell(self, bench: SeedBench, method: str, condition: str, inputs, level: str | None = None) -> Record:
+        """One cell with its :meth:`_cell_inputs`; a method's prune step is kept for its other conditions, and its
+        score pass for its other levels."""
+        record, state = self.work.run_cell(bench, method, condition, *inputs[:3], level=level, scores=inputs[3])
         if state is not None:
-            self._pruned = {(bench.data.spec.name, bench.seed, method): state}  # keep one: models are large
+            task_seed = (bench.data.spec.name, bench.seed)
+            self._pruned = {(*task_seed, method, level): state}  # keep one: models are large
+            if state.score_pass is not None:
+                self._passes.setdefault((*task_seed, method), state.score_pass)
         return record
 
     def record_failure(self, key: str, task: str, seed: int, method: str, condition: str, error: str,

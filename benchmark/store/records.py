@@ -43,6 +43,11 @@ BASE_DIFFERS = "base_dev_predictions_differ"
 ``original`` record of its (task, seed) (``CellWork.base_check``, a
 resumed run); absent when none differs or nothing was compared. ``bench report`` warns about such records."""
 
+SCORE_PASS = "score_pass"
+"""``Record.trace`` key of a cell whose mask was derived from another cell's scores (a method that ranks once,
+``HeadPruner.ranks_once``, at another budget level): ``{"cell": that cell's key, "prune_wall_s", "forward_examples",
+"backward_examples"}``, the score pass's cost, counted in that cell only."""
+
 METRIC_LABEL = {"accuracy": "acc", "matthews_correlation": "MCC", "f1": "F1"}
 """Short label of each GLUE metric in tables."""
 METRIC_AXIS = {"accuracy": "accuracy (%)", "matthews_correlation": "MCC × 100", "f1": "F1 (%)"}

@@ -93,6 +93,15 @@ def _plan_budget(run_dir: Path, key: str) -> str:
     raise ConfigError(f"{run_dir}/runs.jsonl: no run planned the cell {key}; its budget cannot be rebuilt")
 
 
+def _cell_level(plan_label: str, spec: str) -> str:
+    """The budget level a record of budget ``spec`` ran at, among a plan's comma-separated level labels: its own
+    spec, or (the unpruned model, an own-count method) the plan's ``matched:`` level, else its first."""
+    labels = plan_label.split(",")
+    if spec in labels:
+        return spec
+    return next((label for label in labels if label.startswith("matched:")), labels[0])
+
+
 def rebuild_config(run_dir: Path, record: Record, setter: Record | None, label: str, data_dir: str | None,
                    device: str) -> RunConfig:
     """The :class:`RunConfig` of a one-cell run that computes ``record``'s cell again, from ``run.json`` (the
@@ -116,7 +125,7 @@ def rebuild_config(run_dir: Path, record: Record, setter: Record | None, label: 
                     max_dev_examples=exp["max_dev_examples"], mini_dev_fraction=exp["mini_dev_fraction"])
     methods = [m for m in (setter.method if setter else None, record.method) if m not in (None, ORIGINAL)]
     return RunConfig(out=run_dir, preset=preset, methods=methods, tasks=[record.task], seeds=[record.seed],
-                     budget=parse_budget(parts[0]), model=models.normalize_model(exp["model"]), device=device,
+                     budgets=[parse_budget(parts[0])], model=models.normalize_model(exp["model"]), device=device,
                      data_dir=data_dir, recover=True, match_per_layer="per-layer" in parts,
                      min_heads_per_layer=floor, method_options=options, progress=False,
                      precision=exp.get("extra", {}).get("precision", "fp32"))
@@ -143,7 +152,7 @@ def export_cell(run_dir, *, task: str, seed: int, method: str, condition: str, o
                           f"files, which could be a run's cached base model or another cell's export)")
     records = [Record.from_dict(d) for d in read_jsonl(run_dir / "records.jsonl")]
     record = find_record(records, task, seed, method, condition, budget)
-    label = _plan_budget(run_dir, record.cell)
+    label = _cell_level(_plan_budget(run_dir, record.cell), record.budget.spec)
     setter = None
     if parse_budget(label.split("/")[0]).kind == "matched" and method not in (ORIGINAL,):
         name = parse_budget(label.split("/")[0]).value

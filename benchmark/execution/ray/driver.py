@@ -136,7 +136,8 @@ class _Queued:
     condition: str
     order: int  # its place in the plan
     needs: tuple[str, ...]  # keys of the cells whose outcome it takes (those of this run must return first)
-    prune_key: str  # the key of its method's prune-only cell
+    prune_key: str  # the key of its method's prune-only cell at its level
+    pass_key: str | None = None  # the prune-only cell whose score pass it derives its mask from (a sweep)
 
 
 class _Driver:
@@ -214,21 +215,37 @@ class _Driver:
         work, setter = self.work, self.work.setter()
         count = 0
         for order, cell in enumerate(self.planned):
-            key, task, method, condition = str(cell), cell.task, cell.method, cell.condition
+            key, task, method, condition, level = str(cell), cell.task, cell.method, cell.condition, cell.budget
             if task != spec.name or cell.seed != seed or key not in self.todo:
                 continue
-            prune_key = work.key(task, seed, method, PRUNE_ONLY)
+            prune_key = work.key(task, seed, method, PRUNE_ONLY, level)
             unpruned = work.key(task, seed, ORIGINAL, PRUNE_ONLY)
             needs = [unpruned] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
-            if work.takes_setter(method):
+            if work.takes_setter(method, level):
                 needs.append(work.key(task, seed, setter, PRUNE_ONLY))
             if condition in REUSES_PRUNE:
                 needs.append(prune_key)
-            self.queue.append(_Queued(key, task, seed, method, condition, order, tuple(needs), prune_key))
+            pass_key = self._pass_key(task, seed, method, condition, prune_key)
+            if pass_key is not None:
+                needs.append(pass_key)
+            self.queue.append(_Queued(key, task, seed, method, condition, order, tuple(needs), prune_key, pass_key))
             self.coming.add(key)
             count += 1
         if count:  # (a group is only opened with a cell to do)
             self.open_groups[(spec.name, seed)] = count
+
+    def _pass_key(self, task: str, seed: int, method: str, condition: str, prune_key: str) -> str | None:
+        """The prune-only cell a prune-only cell of a method that ranks once takes its scores from: its pass
+        level's (:meth:`CellWork.pass_level`) when this run computes that, else a stored prune-only record of the
+        method at another level; None: it prunes (or is that cell)."""
+        level = self.work.pass_level(method) if condition == PRUNE_ONLY else None
+        if level is None:
+            return None
+        source = self.work.key(task, seed, method, PRUNE_ONLY, level)
+        if source != prune_key and (source in self.todo or self.runner.store.get(source) is not None):
+            return source
+        stored = [self.work.key(task, seed, method, PRUNE_ONLY, other) for other in self.work.levels_of(method)]
+        return next((k for k in stored if k != prune_key and self.runner.store.get(k) is not None), None)
 
     def _reused(self, q: _Queued) -> bool:
         """Whether ``q`` reuses a prune step this run computed (it holds the method's weights in memory)."""
@@ -237,7 +254,7 @@ class _Driver:
     def _rank(self, q: _Queued) -> tuple:
         """Dispatch order (smallest first): cells reusing a prune step of this run, then the longest expected
         (unknown counts as longest), then the plan's order (module docstring)."""
-        reused = self._reused(q)
+        reused = self._reused(q) or q.pass_key is not None
         prunes = prunes_again(q.method, q.condition, reused, self.runner.store.get(q.prune_key) is not None)
         estimate = self.times.cell(q.task, q.method, q.condition, prunes)
         return (not reused, -(math.inf if estimate is None else estimate), q.order)
@@ -267,14 +284,18 @@ class _Driver:
             return self.outputs[key][0] if key in self.outputs else store.get(key)
 
         setter = work.setter()
+        level = CellKey.parse(q.key).budget
         original = outcome_or_record(ORIGINAL) if (q.method, q.condition) != (ORIGINAL, PRUNE_ONLY) else None
-        setter_input = outcome_or_record(setter) if work.takes_setter(q.method) else None
+        setter_input = outcome_or_record(setter) if work.takes_setter(q.method, level) else None
         reuse = self.outputs[q.prune_key][1] if self._reused(q) else None
         stored_prune = store.get(q.prune_key) if q.condition in REUSES_PRUNE and reuse is None else None  # resumed
+        scores = None
+        if q.pass_key is not None:  # this run's scoring cell's prune step, or that cell's stored record
+            scores = self.outputs[q.pass_key][1] if q.pass_key in self.outputs else store.get(q.pass_key)
         _, data_ref = self.data_refs[q.task]
         out_ref, state_ref = self.cell_fn.remote(work, data_ref, q.seed, q.key, q.method, q.condition,
                                                  self.bases[(q.task, q.seed)], setter_input, original, reuse,
-                                                 stored_prune, self.ex.threads_per_cell, self.board)
+                                                 stored_prune, self.ex.threads_per_cell, self.board, level, scores)
         self.pending[out_ref] = _Pending("cell", q.task, q.seed, q.method, q.condition, q.key)
         self.outputs[q.key] = (out_ref, state_ref)  # read by its dependents once it returns
 

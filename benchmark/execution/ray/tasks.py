@@ -129,16 +129,17 @@ def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[st
 
 
 def _cell_task(work, data, seed: int, key: str, method: str, condition: str, base, setter, original, reuse,
-               stored_prune, threads: int, board):
+               stored_prune, threads: int, board, level=None, scores=None):
     """Ray task: one cell. ``base`` is ``(model, train_info)``; ``setter`` and ``original`` are the setter's and
     the unpruned cell's :class:`Outcome` or stored record (or None); ``reuse`` the prune step of this method's
-    prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it.
+    prune-only cell, or None; ``stored_prune`` that cell's stored record when this run did not compute it;
+    ``level`` the cell's budget level; ``scores`` a score pass source (``CellWork.score_pass``) or None.
     Returns ``(Outcome, PruneState or None)``, the prune step on the CPU with its model packed; a skipped Outcome
     when a stop was requested before the cell started, or the time limit or its base model's absence kept it from
     starting."""
     if isinstance(base, Outcome):  # its base fine-tune did not start (a stop, or --time-limit): nor does the cell
         return Outcome(key, skipped=True, logs=[(logging.INFO, f"cell {key} not started: no base model")]), None
-    prunes = will_prune(method, condition, reuse, stored_prune)
+    prunes = will_prune(method, condition, reuse, stored_prune, scored=scores is not None)
     refusal = _refusal(board, key, starts_after_stop(condition, reuse), (data.spec.name, method, condition, prunes))
     if refusal is not None:
         return Outcome(key, skipped=True, logs=[(logging.INFO, f"cell {key} not started: {refusal}")]), None
@@ -146,7 +147,8 @@ def _cell_task(work, data, seed: int, key: str, method: str, condition: str, bas
     outcome, state = Outcome(key), None
     with _Capture(outcome, threads):
         bench = work.seed_bench(data, seed, unpack(base[0]).to(work.device), _tokenizer(work.cfg.model))
-        record, state = work.run_cell(bench, method, condition, _record_of(setter), _unpacked(reuse), stored_prune)
+        record, state = work.run_cell(bench, method, condition, _record_of(setter), _unpacked(reuse), stored_prune,
+                                      level=level, scores=scores)
         resumed = isinstance(original, dict)  # stored by an earlier run; this run's original cell is an Outcome
         outcome.record = work.finish(record, key, bench, _record_of(original), stored_original=resumed)
     return outcome, _state_on_cpu(state)
@@ -176,7 +178,12 @@ def _state_on_cpu(state):
     moved = dataclasses.replace(result, mask=result.mask.cpu(),
                                 scores=None if result.scores is None else result.scores.cpu(),
                                 model=ModelParcel.pack(result.model))
-    return dataclasses.replace(state, result=moved)
+    scored = state.score_pass
+    if scored is not None:  # (a method that ranks once re-trains nothing: no model to pack)
+        own = dataclasses.replace(scored.result, mask=scored.result.mask.cpu(), model=None,
+                                  scores=None if scored.result.scores is None else scored.result.scores.cpu())
+        scored = dataclasses.replace(scored, result=own)
+    return dataclasses.replace(state, result=moved, score_pass=scored)
 
 
 def _unpacked(state):

@@ -639,10 +639,10 @@ def test_base_failed_comes_from_the_base_model_when_the_original_cell_failed(smo
     (folder / "records.jsonl").write_text("")
     real = Runner._run_cell
 
-    def failing_original(self, bench, method, condition, inputs):
+    def failing_original(self, bench, method, condition, inputs, level=None):
         if method == "original":
             raise RuntimeError("the original cell failed")
-        return real(self, bench, method, condition, inputs)
+        return real(self, bench, method, condition, inputs, level)
 
     monkeypatch.setattr(Runner, "_run_cell", failing_original)
     runner = Runner(_config(folder, glue_dir))

@@ -464,3 +464,28 @@ def test_a_cell_reusing_a_prune_step_of_this_run_starts_before_cells_that_were_r
                        if r["method"] != "test-slow-retrainer" and step_done <= r["started_at"] < started]
             assert len(between) <= 1, (seed, condition, between)
     assert waited and max(waited) == 2, waited  # 2 workers: never 3 (three base fine-tunes at once before)
+
+
+def test_a_sweep_on_ray_shares_the_score_pass_and_equals_the_serial_sweep(ray_address, glue_dir, tmp_path):
+    sweep = dict(methods_spec="random,michel", tasks_spec="wnli", budget="fraction:0.1,0.5,0.9")
+    serial = tmp_path / "serial"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_smoke(serial, glue_dir, **sweep)
+    finally:
+        torch.set_num_threads(threads)
+    parallel = tmp_path / "parallel"
+    shutil.copytree(serial / "base", parallel / "base")
+    run_smoke(parallel, glue_dir, workers=2, **sweep)
+    records = RecordStore(parallel).records()
+    assert len(records) == 1 + 2 * 3
+    assert stable(records) == stable(RecordStore(serial).records())  # score_pass traces included
+    scored = {r["cell"]: r["trace"].get("score_pass", {}).get("cell")
+              for r in records if r["condition"] == "prune-only"}
+    for key, source in scored.items():
+        method, level = key.split("|")[2:4]
+        if method != "original" and level != "fraction:0.1":
+            assert source.split("|")[2:5] == [method, "fraction:0.1", "prune-only"], key
+        else:  # the scoring level and the unpruned model
+            assert source is None, key
