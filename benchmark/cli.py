@@ -78,7 +78,9 @@ def list_cmd() -> None:
               help="Hub name (bert-base-cased, roberta-base, ...), local folder, or 'minilm-l6' (packaged); families: "
                    "`bench list`. Default: the preset's.")
 @click.option("--budget", default=None,
-              help="heads:K | fraction:F | matched:METHOD. Default: the preset's.")
+              help="heads:K | fraction:F | matched:METHOD, or a list of levels (a curve): fraction:0.1,0.5,0.9, "
+                   "heads:8,16, fraction:0.3,0.5,matched:auber; 'sweep' = the preset's levels. Default: the "
+                   "preset's budget.")
 @click.option("--preset", default="quick", show_default=True, type=click.Choice(list(PRESETS)))
 @click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N")
 @click.option("--precision", default="fp32", show_default=True, type=click.Choice(list(PRECISIONS)),

@@ -33,7 +33,8 @@ class CellTimes:
         base_shortest: ``task`` -> the shortest base fine-tune, and the shortest per train example (s/example;
             None when no ``train_info`` gave an example count), which scale estimates between tasks.
         longest: the longest cell or base fine-tune of any kind (0.0: nothing recorded).
-        own_steps: ``task|seed|method`` -> the prune-only record's ``prune_wall_s`` (recognises reused steps).
+        own_steps: ``task|seed|method|budget`` -> the prune-only record's ``prune_wall_s`` (recognises reused
+            steps).
     """
 
     prune: dict[str, float] = field(default_factory=dict)
@@ -55,7 +56,7 @@ class CellTimes:
         step is recognised only when its prune-only record was added before it (as a run finishes them)."""
         cost = record.get("cost") or {}
         wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
-        step_key = _key(record["task"], record["seed"], record["method"])
+        step_key = _key(record["task"], record["seed"], record["method"], (record.get("budget") or {}).get("spec"))
         if record["condition"] == PRUNE_ONLY:
             self.own_steps[step_key] = cost.get("prune_wall_s")
         own_step = self.own_steps.get(step_key)
