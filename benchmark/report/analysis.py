@@ -8,6 +8,8 @@ Choices where the issue is silent:
   the prune+recover units, and each re-training method's own weights, ``own-fine-tuning``); then ``prune-only``
   (rows: its units). The Holm family of the "vs" columns is one (task, group) table, so prune-only results do not
   change when a recover run is added. In the prune+recover group each unit is also compared with ``control``.
+* Sweeps: in a table with two or more fixed levels (:func:`is_level`), each family (the "vs" columns, the pairs)
+  is split by budget level (:func:`holm_level`), so one level's p-values do not change when a level is added.
 * Base failures (protocol.md §6): a (task, seed) whose unpruned base model is degenerate (``base_failed``) leaves
   every row, comparison and average of that task, before any statistic; :attr:`GroupResult.base_failed_seeds`
   counts them. Degenerate *pruned* runs stay in every statistic (view ``"all"``, the headline) and are counted;
@@ -41,13 +43,13 @@ import pandas as pd
 
 from headprune_bench.benchmark import stats
 from headprune_bench.benchmark.report.load import RunData
-from headprune_bench.benchmark.report.units import Unit, sorted_units, task_key
+from headprune_bench.benchmark.report.units import Unit, budget_key, sorted_units, task_key
 from headprune_bench.benchmark.stats import PairedStats
 from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
-           "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "pairwise_pairs",
-           "pick_reference"]
+           "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "holm_level",
+           "is_level", "pairwise_pairs", "pick_reference"]
 
 GROUPS = (RECOVER, PRUNE_ONLY)
 """The condition groups, headline first (the group of a unit is :meth:`Unit.group`)."""
@@ -135,7 +137,8 @@ class Comparison:
     p-values stay NaN and it is not in a Holm family); ``outside_family`` says why a test gives its exact p
     outside the Holm family (``p_holm`` NaN): :data:`NULL_CONTROL` (a side is a null-reward control,
     :data:`NULL_CONTROLS`) or :data:`SUPERSEDED` (a side's every record ran under an option set that a later run
-    into its folder replaced, ``RunData.superseded_records``); empty for a comparison in the family."""
+    into its folder replaced, ``RunData.superseded_records``); empty for a comparison in the family. ``family``:
+    the budget level of its Holm family in a table with a sweep (:func:`holm_level`), else empty."""
 
     target: Unit
     reference: Unit
@@ -147,6 +150,7 @@ class Comparison:
     survivors: SeedView
     count_mismatch: list[int] = field(default_factory=list)
     outside_family: str = ""
+    family: str = ""
 
     @property
     def in_family(self) -> bool:
@@ -197,6 +201,29 @@ class GroupResult:
 
 
 # --------------------------------------------------------------------------- which comparisons
+
+
+def is_level(budget: str) -> bool:
+    """Whether a budget spec is a fixed level of a sweep: ``fraction:X`` or ``heads:K`` (any ``/floor:M``)."""
+    return str(budget).split(":", 1)[0] in ("fraction", "heads")
+
+
+def holm_level(c: Comparison) -> str:
+    """The budget level of ``c``'s Holm family in a table with a sweep: the row's budget; for a pair of rows at two
+    budgets, both (``A vs B``, in budget order)."""
+    if c.kind != "pair" or c.reference.name in (ORIGINAL, CONTROL_NAME) or c.target.budget == c.reference.budget:
+        return c.target.budget
+    return " vs ".join(sorted((c.target.budget, c.reference.budget), key=budget_key))
+
+
+def holm_families(comparisons: list[Comparison], units: list[Unit]) -> list[list[Comparison]]:
+    """``comparisons`` (one table's "vs" or pairwise family) split by :func:`holm_level` when ``units`` hold two or
+    more fixed levels (each comparison's ``family`` set), else whole."""
+    if len({u.budget for u in units if is_level(u.budget)}) < 2:
+        return [comparisons]
+    for c in comparisons:
+        c.family = holm_level(c)
+    return [[c for c in comparisons if c.family == f] for f in dict.fromkeys(c.family for c in comparisons)]
 
 
 def pick_reference(target: Unit, refs: list[Unit]) -> Unit | None:
@@ -380,7 +407,8 @@ def _holm(comparisons: list[Comparison]) -> None:
 
 def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boot: int = 10_000,
             n_boot_examples: int = 1000, seed: int = 0) -> list[GroupResult]:
-    """Statistics of every (task, condition group) in ``data``, tasks in report order; Holm within each group.
+    """Statistics of every (task, condition group) in ``data``, tasks in report order; Holm within each group (and
+    budget level, in a sweep: :func:`holm_families`).
 
     Args:
         data: the loaded runs (:func:`headprune_bench.benchmark.report.load.load_runs`).
@@ -405,8 +433,8 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
             superseded = _superseded_units(data, gdf)
             for c in (*comparisons, *pairwise):
                 c.outside_family = _outside_family(c, superseded)
-            _holm(comparisons)
-            _holm(pairwise)
+            for family in (*holm_families(comparisons, units), *holm_families(pairwise, units)):
+                _holm(family)
             results.append(GroupResult(
                 task=task, group=group, metric=metric, heads_total=float(pd.to_numeric(gdf.heads_total).max()),
                 majority=100 * float(gdf.majority.median()), seeds=sorted(int(s) for s in kept.seed.unique()),

@@ -9,11 +9,16 @@ import click
 from headprune_bench.benchmark.report import cells, document, speed, tables  # submodules
 from headprune_bench.benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
 from headprune_bench.benchmark.report.crosstask import cross_task_summary
+from headprune_bench.benchmark.report.curve_plots import plot_atlas, plot_curves
+from headprune_bench.benchmark.report.curves import CurveFrames, curve_frames, has_sweep
 from headprune_bench.benchmark.report.load import RunData, load_runs, warn
 from headprune_bench.benchmark.report.plots import make_plots, palette
 from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL
 
 FORMATS = ("md", "csv", "tex")
+#: The curve CSVs of a folder with a sweep: file name -> :class:`CurveFrames` field.
+CURVE_FILES = {"curves.csv": "curves", "auc.csv": "auc", "atlas_stability.csv": "stability",
+               "atlas_agreement.csv": "agreement"}
 
 
 def parse_list(value: str | Sequence[str] | None, default: Sequence[str]) -> tuple[str, ...]:
@@ -24,19 +29,34 @@ def parse_list(value: str | Sequence[str] | None, default: Sequence[str]) -> tup
     return tuple(x.strip().lower() for x in items if x and x.strip())
 
 
-def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | None) -> document.Frames:
+def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | None, n_boot: int = 10_000,
+                   seed: int = 0) -> document.Frames:
     """Everything beside the per-task tables (:class:`document.Frames`); the plots drawn into ``plots_dir``
-    (none when it is None or there are no results)."""
+    (none when it is None or there are no results); the curves when ``data`` holds a sweep."""
     missing = cells.missing_frame(data)
-    return document.Frames(summary=cross_task_summary(results), comparisons=tables.comparisons_frame(results),
-                           cost=cells.cost_frame(data), walls=cells.wall_per_seed(data, missing),
-                           missing=missing, option_sets=cells.option_sets(data),
-                           plots=make_plots(data, results, plots_dir) if plots_dir and results else [])
+    frames = document.Frames(summary=cross_task_summary(results), comparisons=tables.comparisons_frame(results),
+                             cost=cells.cost_frame(data), walls=cells.wall_per_seed(data, missing),
+                             missing=missing, option_sets=cells.option_sets(data),
+                             plots=make_plots(data, results, plots_dir) if plots_dir and results else [],
+                             curves=curve_frames(data, n_boot=n_boot, seed=seed) if has_sweep(data) else None)
+    if plots_dir and results and frames.curves is not None:
+        frames.plots = [*curve_plots_of(data, frames.curves, plots_dir), *frames.plots]
+    return frames
+
+
+def curve_plots_of(data: RunData, curves: CurveFrames, folder: Path) -> list[Path]:
+    """``curve_<task>`` and ``atlas_<task>`` (PNG and PDF) of every task with curve rows, drawn into ``folder``."""
+    colors, markers = palette(data)
+    paths: list[Path] = []
+    for task in dict.fromkeys(curves.curves.task):
+        paths += plot_curves(curves.curves, task, folder, colors, markers)
+        paths += plot_atlas(curves.stability, curves.agreement, task, folder, colors)
+    return paths
 
 
 def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames) -> None:
-    """``scores.csv``, ``comparisons.csv``, ``summary.csv``, ``cost.csv``, ``wall_per_seed.csv``, ``missing.csv``
-    and, where a method ran with several option sets, ``option_sets.csv``.
+    """``scores.csv``, ``comparisons.csv``, ``summary.csv``, ``cost.csv``, ``wall_per_seed.csv``, ``missing.csv``,
+    where a method ran with several option sets ``option_sets.csv``, and for a sweep :data:`CURVE_FILES`.
 
     Raises:
         OSError: a file cannot be written.
@@ -49,6 +69,9 @@ def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames
     frames.missing.to_csv(out_dir / "missing.csv", index=False)
     if not frames.option_sets.empty:
         frames.option_sets.to_csv(out_dir / "option_sets.csv", index=False)
+    if frames.curves is not None:
+        for name, frame in CURVE_FILES.items():
+            getattr(frames.curves, frame).to_csv(out_dir / name, index=False)
 
 
 def _warn_unknown_references(data: RunData, references: Sequence[str]) -> None:
@@ -98,7 +121,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     _warn_unknown_references(data, references)
     results = analyse(data, against="all" if "all" in references else references, n_boot=n_boot,
                       n_boot_examples=n_boot_examples, seed=seed)
-    frames = compute_frames(data, results, out_dir / "plots" if plots else None)
+    frames = compute_frames(data, results, out_dir / "plots" if plots else None, n_boot=n_boot, seed=seed)
     rows = speed.speed_rows(data)
     profiles, speed_cells = speed.profile_frame(rows), speed.cell_frame(data, rows)
     if plots and not speed_cells.empty:

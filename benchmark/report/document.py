@@ -4,6 +4,7 @@ joined with newlines by :func:`markdown`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +16,11 @@ from headprune_bench.benchmark.report import tables
 from headprune_bench.benchmark.report.analysis import NULL_CONTROL, SUPERSEDED, GroupResult
 from headprune_bench.benchmark.report.cells import OTHER_OPTIONS
 from headprune_bench.benchmark.report.crosstask import CrossTaskSummary
+from headprune_bench.benchmark.report.curves import CurveFrames
 from headprune_bench.benchmark.report.load import RunData
-from headprune_bench.benchmark.report.units import task_label
+from headprune_bench.benchmark.report.units import budget_key, short_budget, sorted_methods, task_label
 from headprune_bench.benchmark.store.jsonl import REJECTED
-from headprune_bench.benchmark.store.records import PRUNE_ONLY
+from headprune_bench.benchmark.store.records import METRIC_LABEL, PRUNE_ONLY
 
 TEX_HEADER = ("% bench report tables; needs \\usepackage{booktabs}. Wide tables: wrap the tabular in "
               "\\resizebox{\\textwidth}{!}{...} (graphicx) or use table*.\n")
@@ -28,7 +30,8 @@ TEX_HEADER = ("% bench report tables; needs \\usepackage{booktabs}. Wide tables:
 class Frames:
     """What the documents show beyond the per-task tables: the cross-task ``summary``, the long form of every
     comparison ``comparisons`` (:func:`tables.comparisons_frame`), the numeric ``cost`` frame, wall seconds per
-    (task, seed) ``walls``, the ``missing`` cells, the ``option_sets`` and the ``plots`` written (PNG and PDF)."""
+    (task, seed) ``walls``, the ``missing`` cells, the ``option_sets``, the ``plots`` written (PNG and PDF) and, for
+    a folder with a sweep, the ``curves`` (:func:`benchmark.report.curves.curve_frames`)."""
 
     summary: CrossTaskSummary
     comparisons: pd.DataFrame
@@ -37,6 +40,7 @@ class Frames:
     missing: pd.DataFrame
     option_sets: pd.DataFrame
     plots: list[Path]
+    curves: CurveFrames | None = None
 
 
 def table_label(r: GroupResult) -> str:
@@ -57,12 +61,15 @@ def _pairwise_lines(r: GroupResult) -> list[str]:
     """The pairwise table of a group with its note (nothing with fewer than two pruned rows)."""
     if not r.pairwise:
         return []
-    m = sum(1 for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
+    fams = Counter(c.family for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
+    m = sum(fams.values())
+    within = (f"Holm within each budget level ({m} tested pair(s) in {len(fams)} levels)" if len(fams) > 1
+              else f"Holm over the {m} tested pair(s) of this table")
     outside = ", ".join(f"{n} pair(s) with a {why} row" for why in (NULL_CONTROL, SUPERSEDED)
                         if (n := sum(1 for c in r.pairwise if c.tested and c.outside_family == why)))
     outside = f" ({outside} give their exact p outside it)" if outside else ""
     return [f"**{task_label(r.task)} pairwise** (every pair of pruned rows, row − minus, paired by seed; exact "
-            f"sign-flip p, Holm over the {m} tested pair(s) of this table{outside}; a pair whose head counts differ "
+            f"sign-flip p, {within}{outside}; a pair whose head counts differ "
             "on some seed is not a test, protocol.md §3; * Holm p < .05):\n", tables.md_table(tables.pairwise_table(r)),
             ""]
 
@@ -109,6 +116,100 @@ def task_sections(results: list[GroupResult]) -> list[str]:
             if any(c.n_excluded for c in r.pairwise):
                 md += [f"**{task_label(r.task)} pairwise, the same sensitivity view** (survivors only):\n",
                        tables.md_table(tables.pairwise_table(r, "survivors")), ""]
+    return md
+
+
+AREA_TEXT = ("**Area under the curve.** Per seed, the trapezoid area under the score s against the fraction f of "
+             "heads pruned, from the unpruned point (0, s₀) (prune-only: the seed's original; prune+recover: its "
+             "control) through the method's levels f₁ < … < f_K, divided by the range covered f_K: "
+             "A = (1/f_K) Σᵢ (fᵢ − fᵢ₋₁)(sᵢ + sᵢ₋₁)/2, f₀ = 0. A is in score units (× 100 here): a method that "
+             "keeps s₀ at every level has A = s₀. f is each seed's heads pruned / heads total. Mean ± SD over "
+             "seeds, Student-t 95% CI; pairs (methods of the same levels): Δ = row − vs of the per-seed areas, 95% "
+             "percentile bootstrap CI, exact sign-flip p, Holm over the pairs of the task and condition.\n")
+
+
+def _points_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± SD score (× 100) per row (reference, methods) and level of one (task, condition)."""
+    budgets = sorted(curves.budget.unique(), key=budget_key)
+    rows = []
+    for name in sorted_methods(list(curves.method)):
+        g = curves[curves.method == name]
+        for opts in dict.fromkeys(g.opts):
+            cells = {r.budget: tables.pm(100 * r.mean, 100 * r.sd) for r in g[g.opts == opts].itertuples()}
+            label = name + (f" opts={opts}" if opts else "")
+            rows.append({"method": label, **{short_budget(b) or "unpruned": cells.get(b, "") for b in budgets}})
+    return pd.DataFrame(rows)
+
+
+def _auc_lines(auc: pd.DataFrame) -> list[str]:
+    """The area and pair tables of one (task, condition), with the smallest p and the excluded methods."""
+    md = []
+    methods = auc[auc.kind == "method"]
+    if not methods.empty:
+        md.append(tables.md_table(pd.DataFrame({
+            "method": methods.method, "levels": [", ".join(map(short_budget, v.split(";"))) for v in methods.levels],
+            "n": methods.n.astype(int).astype(str), "area ± SD": [tables.pm(100 * m, 100 * s) for m, s in
+                                                                  zip(methods["mean"], methods.sd)],
+            "95% CI (t)": [f"[{tables.num(100 * a)}, {tables.num(100 * b)}]" if np.isfinite(a) else "—"
+                           for a, b in zip(methods.ci_low, methods.ci_high)]})))
+    pairs = auc[auc.kind == "pair"]
+    if not pairs.empty:
+        tested = pairs[np.isfinite(pairs.p_exact.astype(float))]
+        md.append(tables.md_table(pd.DataFrame({
+            "method": pairs.method, "vs": pairs.vs, "n": pairs.n.astype(int).astype(str),
+            "Δ area [95% CI]": [f"{tables.num(100 * m, sign=True)} [{tables.num(100 * a)}, {tables.num(100 * b)}]"
+                                if np.isfinite(m) else "—" for m, a, b in zip(pairs["mean"], pairs.ci_low,
+                                                                              pairs.ci_high)],
+            "p exact": [tables.p_text(p) for p in pairs.p_exact], "p Holm": [tables.p_text(p) for p in pairs.p_holm],
+            "note": pairs.note})))
+        for n in sorted(set(tested.n.astype(int))):
+            md.append(f"- n = {n} seeds: smallest exact p {tables.p_text(stats.min_exact_p(n))}; Holm over "
+                      f"{len(tested)} pair(s): smallest Holm p {tables.p_text(stats.min_holm_p(n, len(tested)))}.")
+    md += [f"- excluded: {r.method} ({r.levels}): {r.note}." for r in auc[auc.kind == "excluded"].itertuples()]
+    return md + [""]
+
+
+def _atlas_lines(task: str, cf: CurveFrames) -> list[str]:
+    """Stability beside its random expectation, and one method x method agreement matrix per level."""
+    stab, agree = cf.stability[cf.stability.task == task], cf.agreement[cf.agreement.task == task]
+    if stab.empty and agree.empty:
+        return []
+    md = [f"**{task_label(task)}, which heads are pruned** (prune-only masks; Jaccard |A ∩ B| / |A ∪ B| of the "
+          "pruned head sets). Stability: mean over pairs of seeds of one method; random: the exact expectation "
+          "for uniform random sets of the same sizes:\n",
+          tables.md_table(pd.DataFrame({"method": stab.method, "budget": stab.budget,
+                                        "level": [f"{100 * v:.1f}%" for v in stab.level], "n": stab.n.astype(str),
+                                        "Jaccard (seeds)": [tables.num(v, 3) for v in stab.jaccard],
+                                        "random": [tables.num(v, 3) for v in stab.random_expected]}))]
+    for budget in sorted(agree.budget.unique(), key=budget_key):
+        g = agree[agree.budget == budget]
+        names = sorted_methods(list(g.method_a) + list(g.method_b))
+        value = {(a, b): tables.num(v, 3) for a, b, v in zip(g.method_a, g.method_b, g.jaccard)}
+        n = "–".join(dict.fromkeys(str(int(v)) for v in (g.n.min(), g.n.max())))
+        md += [f"Agreement at {short_budget(budget)} (mean Jaccard of two methods' sets on the same seed, n = {n} "
+               "seeds):\n",
+               tables.md_table(pd.DataFrame([{"method": a, **{b: "—" if a == b else value.get((a, b), "")
+                                                              for b in names}} for a in names]))]
+    return md
+
+
+def curves_section(cf: CurveFrames) -> list[str]:
+    """The "Curves" section of a folder with a sweep: how areas are computed, per task and condition the score at
+    each level, the areas, the pairs of areas with exact and Holm p, excluded methods, and the head-set atlas."""
+    md = ["## Curves: score against the fraction of heads pruned\n", AREA_TEXT]
+    md += [f"- {task_label(t)}: base model failed on {len(s)} seed(s) ({', '.join(map(str, s))}), left out of "
+           "every number of this section." for t, s in cf.base_failed.items()] + [""]
+    for task in dict.fromkeys(cf.curves.task):
+        for condition in (PRUNE_ONLY, "prune+recover"):
+            rows = cf.curves[(cf.curves.task == task)
+                             & (cf.curves.condition.isin([condition] if condition == PRUNE_ONLY
+                                                         else [condition, "control"]))]
+            if rows.empty or not (rows.kind != "reference").any():
+                continue
+            metric = METRIC_LABEL.get(rows.metric.iloc[0], rows.metric.iloc[0])
+            md += [f"### Curves, {task_label(task)} ({metric}), {condition}\n", tables.md_table(_points_table(rows))]
+            md += _auc_lines(cf.auc[(cf.auc.task == task) & (cf.auc.condition == condition)])
+        md += _atlas_lines(task, cf)
     return md
 
 
@@ -181,7 +282,10 @@ def plots_section(paths: list[Path]) -> list[str]:
 
 def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: list[str] | None = None) -> str:
     """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`benchmark.report.speed`), if any."""
-    md = header_section(data, results) + task_sections(results) + option_sets_section(frames.option_sets)
+    md = header_section(data, results)
+    if frames.curves is not None and results:
+        md += curves_section(frames.curves)
+    md += task_sections(results) + option_sets_section(frames.option_sets)
     if results:
         md += summary_sections(frames, results)
     md += (speed or []) + missing_section(frames.missing, bool(data.planned)) + plots_section(frames.plots)

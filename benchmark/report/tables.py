@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -252,7 +253,8 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
     """The notes under a task table: majority baseline and seeds, WNLI's caveat, the smallest reachable p with
     these seeds (and whether any comparison can reach p < :data:`ALPHA`), the markers' meaning."""
     n_seeds = len(r.seeds)
-    m = sum(1 for c in r.comparisons if c.in_family and np.isfinite(c.view(which).stats.p_exact))
+    fams = Counter(c.family for c in r.comparisons if c.in_family and np.isfinite(c.view(which).stats.p_exact))
+    m, m_max = sum(fams.values()), max(fams.values(), default=0)
     n_max = max({c.view(which).stats.n for c in r.comparisons} or {n_seeds})
     notes = [f"majority-class baseline: {num(r.majority)}; seeds: {', '.join(map(str, r.seeds))} (n = {n_seeds})."]
     if r.base_failed_seeds:
@@ -271,9 +273,11 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
         notes.append("No seed is left for a comparison here." if which == "survivors" else "No paired seeds.")
         return notes
     pmin = stats.min_exact_p(n_max)
-    hmin = stats.min_holm_p(n_max, m) if m else math.nan
-    line = (f"p: exact two-sided sign-flip test over paired seeds, Holm-adjusted over the {m} comparison(s) of this "
-            f"table. With n = {n_max} paired seeds the smallest exact p is {p_text(pmin)}")
+    hmin = stats.min_holm_p(n_max, m_max) if m else math.nan
+    within = (f"within each budget level ({m} comparison(s) in {len(fams)} levels, at most {m_max} in one)"
+              if len(fams) > 1 else f"over the {m} comparison(s) of this table")
+    line = (f"p: exact two-sided sign-flip test over paired seeds, Holm-adjusted {within}. With n = {n_max} paired "
+            f"seeds the smallest exact p is {p_text(pmin)}")
     if m:
         line += f" and the smallest Holm-adjusted p is {p_text(hmin)}"
     line += "."
@@ -306,7 +310,7 @@ def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]
             "condition": c.target.condition, "opts": c.target.opts or "", "vs": c.reference.label,
             "kind": c.kind, "seeds": "all" if which == "all" else "survivors",
             "n": s.n, "n_excluded": c.n_excluded if which == "survivors" else 0,
-            "tested": c.tested, "in_family": c.in_family, "outside_family": c.outside_family,
+            "tested": c.tested, "in_family": c.in_family, "outside_family": c.outside_family, "holm_level": c.family,
             "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
             "mean_a": s.mean_a, "mean_b": s.mean_b, "mean_diff": s.mean_diff, "sd_diff": s.sd_diff,
             "ci_low": s.ci_low, "ci_high": s.ci_high, "ci2_low": two.low, "ci2_high": two.high,

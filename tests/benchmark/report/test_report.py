@@ -231,14 +231,17 @@ def test_differences_p_values_and_holm_in_the_csv(built):
     assert sel.p_min == pytest.approx(0.25)
     assert sel.ci_low <= sel.mean_diff <= sel.ci_high
     # vs original: 3 units (random x2, auber); vs auber: random x2 -> 5 comparisons per task. random pruned 2 and 4
-    # heads, auber 3: those two pairs are no test (protocol §3), so the Holm family is the 3 tests vs original
+    # heads, auber 3: those two pairs are no test (protocol §3), so the tests are the 3 vs original. random ran two
+    # fixed levels (a sweep), so Holm runs within each budget level: one test per level here
     for task in ("mrpc", "cola"):
         fam = cf[(cf.task == task) & (cf.seeds == "all") & (cf.kind != "pair")]
         assert len(fam) == 5 and set(fam.kind) == {"original", "auber"}
         tested = fam[fam.tested]
         assert list(tested.kind) == ["original"] * 3 and fam[~fam.tested].p_holm.isna().all()
         assert set(fam[~fam.tested].count_mismatch_seeds) == {"0 1 2"}
-        np.testing.assert_allclose(tested.p_holm, multipletests(tested.p_exact, method="holm")[1])
+        assert list(fam.holm_level) == list(fam.budget) and tested.budget.nunique() == 3
+        for _, level in tested.groupby("holm_level"):
+            np.testing.assert_allclose(level.p_holm, multipletests(level.p_exact, method="holm")[1])
 
 
 def test_degenerate_runs_are_counted_kept_and_left_out_only_in_the_survivors_view(built):
