@@ -80,13 +80,18 @@ def ray_address():
 def serial_run(tmp_path_factory, glue_dir):
     """The serial run of :data:`RUN` on one torch thread (as each Ray cell): the reference."""
     out = tmp_path_factory.mktemp("serial")
+    _one_thread_run(out, glue_dir, RUN)
+    return out
+
+
+def _one_thread_run(out, glue_dir, run: dict) -> None:
+    """``run`` serially on one torch thread (as each Ray cell computes), the caller's thread count restored."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        run_smoke(out, glue_dir, **RUN)
+        run_smoke(out, glue_dir, **run)
     finally:
         torch.set_num_threads(threads)
-    return out
 
 
 def _bench(args: list[str]):
@@ -469,12 +474,7 @@ def test_a_cell_reusing_a_prune_step_of_this_run_starts_before_cells_that_were_r
 def test_a_sweep_on_ray_shares_the_score_pass_and_equals_the_serial_sweep(ray_address, glue_dir, tmp_path):
     sweep = dict(methods_spec="random,michel", tasks_spec="wnli", budget="fraction:0.1,0.5,0.9")
     serial = tmp_path / "serial"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_smoke(serial, glue_dir, **sweep)
-    finally:
-        torch.set_num_threads(threads)
+    _one_thread_run(serial, glue_dir, sweep)
     parallel = tmp_path / "parallel"
     shutil.copytree(serial / "base", parallel / "base")
     run_smoke(parallel, glue_dir, workers=2, **sweep)
