@@ -88,6 +88,9 @@ class PruningResult:
         mask: float32 ``[L, H]``, 1 = keep, 0 = prune. scores: optional ``[L, H]`` (higher = more important).
         retrained: True when the method changed the weights; ``model`` then holds them (else None).
         trace: JSON-serialisable details of the run, stored in the record.
+        head_scales: optional ``[L, H]`` float multiplier of each kept head's output (a scaled mask, e.g. Kwon et
+            al.'s tuned mask; 0 at pruned heads); None: every kept head whole. ``mask`` stays the binary mask that
+            says what was pruned; evaluation, recovery and export apply the scales.
     """
 
     mask: torch.Tensor
@@ -95,6 +98,7 @@ class PruningResult:
     retrained: bool = False
     model: nn.Module | None = None
     trace: dict[str, Any] = field(default_factory=dict)
+    head_scales: torch.Tensor | None = None
 
     @property
     def heads_pruned(self) -> int:
@@ -256,6 +260,18 @@ def check_mask(mask: torch.Tensor, num_layers: int, num_heads: int, where: str =
     if not bool(((mask == 0) | (mask == 1)).all()):
         raise ValueError(f"{where}: expected only 0 (prune) and 1 (keep) values")
     return mask
+
+
+def check_head_scales(scales: torch.Tensor, mask: torch.Tensor, where: str = "head_scales") -> torch.Tensor:
+    """``scales`` (:attr:`PruningResult.head_scales`) as a float64 CPU ``[L, H]`` tensor, 0 at the heads ``mask``
+    (``[L, H]`` 0/1) prunes; ValueError: wrong shape or a value that is not finite."""
+    if not isinstance(scales, torch.Tensor) or tuple(scales.shape) != tuple(mask.shape):
+        shape = list(scales.shape) if isinstance(scales, torch.Tensor) else type(scales).__name__
+        raise ValueError(f"{where}: expected a tensor of the mask's shape {list(mask.shape)}, got {shape}")
+    scales = scales.detach().to("cpu", torch.float64)
+    if not bool(torch.isfinite(scales).all()):
+        raise ValueError(f"{where}: expected finite values")
+    return torch.where(mask.cpu() == 1, scales, torch.zeros_like(scales))
 
 
 def lowest_k_mask(scores: torch.Tensor, k: int, min_heads_per_layer: int = 0,

@@ -12,7 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, model_inputs
+from headprune_bench.methods.base import (
+    SPLITS,
+    HeadPruner,
+    PruningContext,
+    PruningResult,
+    check_head_scales,
+    model_inputs,
+)
 from headprune_bench.methods.heads import apply_head_mask
 from headprune_bench.methods.options import Interval, OptionError
 from headprune_bench.methods.registry import available_methods, get_method_class
@@ -237,6 +244,8 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
         if result.scores is not None:
             assert tuple(result.scores.shape) == shape, f"scores shape {list(result.scores.shape)}"
             assert bool(torch.isfinite(result.scores).all()), "scores are not all finite"
+        if result.head_scales is not None:
+            check_head_scales(result.head_scales, result.mask, where=f"method '{cls.name}' head_scales")
         if result.retrained:
             assert result.model is not None, "retrained=True but no model returned"
             assert pruner.changes_weights(), (
@@ -264,7 +273,8 @@ def check_ranks_once(cls: type[HeadPruner], result: PruningResult, seed: int = 0
     Raises:
         AssertionError: naming the first K where they differ.
     """
-    why = "re-trains" if result.retrained else "has no scores" if result.scores is None else ""
+    why = ("re-trains" if result.retrained else "has no scores" if result.scores is None
+           else "scales its kept heads (mask_at gives binary masks)" if result.head_scales is not None else "")
     assert not why, f"method '{cls.name}': ranks_once() is True but its result {why}"
     model = tiny_model(seed=seed, family=family)
     shape = synthetic_context(model, seed=seed, target_heads=0, family=family)

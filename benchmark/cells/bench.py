@@ -21,8 +21,8 @@ from headprune_bench.benchmark import models, tasks, training
 from headprune_bench.benchmark.config.presets import Preset, TrainConfig
 from headprune_bench.benchmark.store.records import CONTROL, NO_BUDGET, ORIGINAL, OWN, RECOVER, BudgetInfo, Cost, Record
 from headprune_bench.benchmark.training import Counter
-from headprune_bench.methods.base import PruningContext, PruningResult, check_mask
-from headprune_bench.methods.heads import get_layout
+from headprune_bench.methods.base import PruningContext, PruningResult, check_head_scales, check_mask
+from headprune_bench.methods.heads import get_layout, scale_value_heads
 
 log = logging.getLogger("benchmark")
 
@@ -173,13 +173,15 @@ class Pruned:
 
     Attributes:
         mask: ``[L, H]`` float32 CPU tensor, 1 keep, 0 prune (all ones for the unpruned model).
-        model: the base model: every condition but ``own-fine-tuning`` starts from it (protocol §4).
+        model: the base model: every condition but ``own-fine-tuning`` starts from it (protocol §4); for a result
+            with ``head_scales``, a copy with the scales folded into its value heads (the scaled masked model).
         own_model: the method's re-trained model (``PruningResult.retrained``), else None.
         options: the method's options (``HeadPruner.get_options``; ``{}`` for the unpruned model).
         budget: the budget asked for (``achieved`` is the mask's count of zeros).
         scores: the method's per-head scores as ``[L][H]`` lists, or None.
         trace: the method's JSON details.
         prune_s: seconds the method took (0 for the unpruned model or a reused result).
+        head_scales: the kept heads' scales as ``[L][H]`` lists (0 at pruned heads), or None (all whole).
     """
 
     mask: torch.Tensor
@@ -190,6 +192,7 @@ class Pruned:
     trace: dict[str, Any] = field(default_factory=dict)
     prune_s: float = 0.0
     own_model: nn.Module | None = None
+    head_scales: list[list[float]] | None = None
 
 
 def unpruned(bench: SeedBench) -> Pruned:
@@ -211,8 +214,13 @@ def pruned_by(bench: SeedBench, method: str, result: PruningResult, options: dic
     scores = None if result.scores is None else result.scores.detach().cpu().float().tolist()
     own = result.model if result.retrained and result.model is not None else None
     budget = dataclasses.replace(budget, achieved=int((mask == 0).sum()))
-    return Pruned(mask=mask, model=bench.base, options=options, budget=budget, scores=scores, trace=result.trace,
-                  prune_s=prune_s, own_model=own)
+    model, scales = bench.base, None
+    if result.head_scales is not None:
+        scales = check_head_scales(result.head_scales, mask, where=f"method '{method}' result's head_scales")
+        model = scale_value_heads(training.clone_model(bench.base), torch.where(mask == 1, scales, 1.0))
+        scales = scales.tolist()
+    return Pruned(mask=mask, model=model, options=options, budget=budget, scores=scores, trace=result.trace,
+                  prune_s=prune_s, own_model=own, head_scales=scales)
 
 
 def condition_step(bench: SeedBench, pruned: Pruned, condition: str, counter: Counter) -> nn.Module:
@@ -269,7 +277,7 @@ def assemble_record(bench: SeedBench, method: str, condition: str, pruned: Prune
     return Record(
         task=spec.name, seed=bench.seed, method=method, method_options=pruned.options, condition=condition,
         budget=pruned.budget, heads_total=bench.total_heads, heads_pruned=pruned.budget.achieved,
-        mask=pruned.mask.int().tolist(), scores=pruned.scores,
+        mask=pruned.mask.int().tolist(), scores=pruned.scores, head_scales=pruned.head_scales,
         retrained=bool(condition == OWN and pruned.own_model is not None),
         metrics=dev.metrics, primary_metric=spec.primary_metric, score=dev.metrics[spec.primary_metric],
         majority_baseline=data.majority, degenerate=bool(dev.reasons),

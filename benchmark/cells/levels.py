@@ -22,8 +22,11 @@ def with_floor(result: PruningResult, floor: int) -> PruningResult:
     if not floor:
         return result
     mask, moves = apply_layer_floor(result.mask, result.scores, floor)
+    scales = result.head_scales
+    if scales is not None:  # a restored head comes back whole; a head pruned instead loses its scale
+        scales = torch.where(mask == 1, torch.where(result.mask == 1, scales.double(), 1.0), 0.0)
     return PruningResult(mask=mask, scores=result.scores, retrained=result.retrained, model=result.model,
-                         trace={**result.trace, FLOOR_TRACE: {"min_heads": floor, **moves}})
+                         trace={**result.trace, FLOOR_TRACE: {"min_heads": floor, **moves}}, head_scales=scales)
 
 
 @dataclass

@@ -107,7 +107,9 @@ class PruneState:
         it recovers exactly the stored mask instead of pruning again); its cost without the dev evaluation."""
         r = Record.from_dict(record)
         scores = None if r.scores is None else torch.tensor(r.scores, dtype=torch.float32)
-        result = PruningResult(mask=torch.tensor(r.mask, dtype=torch.float32), scores=scores, trace=r.trace)
+        scales = None if r.head_scales is None else torch.tensor(r.head_scales, dtype=torch.float64)
+        result = PruningResult(mask=torch.tensor(r.mask, dtype=torch.float32), scores=scores, trace=r.trace,
+                               head_scales=scales)
         cost = {"forward_examples": max(0, r.cost.forward_examples - int(r.splits.get("dev", 0))),
                 "backward_examples": r.cost.backward_examples}
         return cls(result, float(r.cost.prune_wall_s), cost, from_record=True)

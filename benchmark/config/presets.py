@@ -209,6 +209,7 @@ PRESETS: dict[str, Preset] = {
             "voita": {"epochs": 1.0, "search_runs": 3, "gate_lr": 0.4},
             "dsp": {"epochs": 1.0},
             "redundancy": {"num_sequences": 32, "seq_length": 64},
+            **{name: {"sample_size": 1024} for name in ("kwon", "kwon-search", "kwon-rearrange")},
         },
     ),
     "smoke": Preset(
@@ -228,6 +229,7 @@ PRESETS: dict[str, Preset] = {
             "voita": {"epochs": 1.0, "search_runs": 2},
             "dsp": {"epochs": 1.0},
             "redundancy": {"num_sequences": 8, "seq_length": 32},
+            **{name: {"sample_size": 32, "batch_size": 16} for name in ("kwon", "kwon-search", "kwon-rearrange")},
         },
     ),
 }

@@ -180,7 +180,8 @@ class Record:
     """The result of one cell, as stored in ``records.jsonl`` (schemas: docs/output-files.md).
 
     Scores are fractions (accuracy in [0, 1], MCC in [-1, 1]); ``mask`` and ``scores`` are ``[L][H]`` lists
-    (1 keep, 0 prune); ``predictions`` and ``labels`` are the dev set's, per example.
+    (1 keep, 0 prune); ``head_scales`` (``[L][H]`` or None) the kept heads' scales of a scaled mask, which the
+    cell's model applies; ``predictions`` and ``labels`` are the dev set's, per example.
     """
 
     task: str
@@ -213,6 +214,7 @@ class Record:
     weights: str = ""
     layers_emptied: int = -1
     cell: str = ""
+    head_scales: list[list[float]] | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this version does not know (a newer writer's): kept and written back unchanged."""
@@ -234,6 +236,8 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of ``records.jsonl`` (the runner's keys; unknown fields kept)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        if self.head_scales is None:  # only a scaled mask writes the field
+            del out["head_scales"]
         out["budget"] = dataclasses.asdict(self.budget)
         out["cost"] = self.cost.as_dict()
         return {**self.extra, **out}
@@ -277,7 +281,7 @@ class Record:
             provenance=d.get("provenance") or {}, started_at=d.get("started_at", ""),
             finished_at=d.get("finished_at", ""), base_failed=bool(d.get("base_failed", False)),
             weights=d.get("weights", "") if schema >= 2 else _protocol1_weights(d, condition),
-            layers_emptied=int(d.get("layers_emptied", -1)),
+            layers_emptied=int(d.get("layers_emptied", -1)), head_scales=d.get("head_scales"),
             cell=d.get("cell") or str(CellKey(d["task"], int(d["seed"]), d["method"],
                                               budget.get("spec", NO_BUDGET), d["condition"], None)),
             schema=schema,

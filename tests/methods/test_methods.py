@@ -38,17 +38,18 @@ def test_every_registered_method_conforms(name):
     check_pruner(name, **cls.conformance_options)
 
 
-BUILTIN_ORDER = ["random", "confidence", "michel", "voita", "dsp", "redundancy", "auber"]
+BUILTIN_ORDER = ["random", "confidence", "michel", "voita", "dsp", "redundancy", "kwon", "auber"]
 
 
 def test_builtins_declare_report_order_and_colour_and_ablations_do_not():
     registry = methods.available_methods()
     builtins = [registry[name] for name in BUILTIN_ORDER]
     assert [cls.report_order for cls in builtins] == sorted(cls.report_order for cls in builtins)
-    assert len({cls.report_order for cls in builtins}) == len({cls.report_color for cls in builtins}) == 7
+    assert len({cls.report_order for cls in builtins}) == len({cls.report_color for cls in builtins}) == 8
     assert all(re.fullmatch(r"#[0-9A-F]{6}", cls.report_color) for cls in builtins)
     ablations = [cls for cls in registry.values() if cls.ablation_of]
-    assert {cls.name for cls in ablations} >= {"auber-query", "auber-key", "auber-l2", "auber-reverse"}
+    assert {cls.name for cls in ablations} >= {"auber-query", "auber-key", "auber-l2", "auber-reverse", "kwon-search",
+                                              "kwon-rearrange"}
     assert all(cls.report_order is None and cls.report_color is None for cls in ablations)
 
 
@@ -60,7 +61,7 @@ def test_methods_all_selects_every_method_and_auber_null_but_not_the_other_ablat
 
     selected = set(_method_names("all"))
     assert set(BUILTIN_ORDER) | {"auber-null"} <= selected
-    assert not selected & {"auber-query", "auber-key", "auber-l2", "auber-reverse"}
+    assert not selected & {"auber-query", "auber-key", "auber-l2", "auber-reverse", "kwon-search", "kwon-rearrange"}
     assert {name for name, cls in shipped_methods().items() if in_methods_all(cls)} == set(BUILTIN_ORDER) | {
         "auber-null"}
 

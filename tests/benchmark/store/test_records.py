@@ -97,6 +97,20 @@ def test_layers_emptied_and_weights_of_a_new_record():
         assert Record.from_dict(rec.to_dict()).to_dict() == rec.to_dict()
 
 
+def test_head_scales_are_written_only_for_a_scaled_mask_and_reach_a_reused_prune_step():
+    from headprune_bench.benchmark.cells.work import PruneState
+
+    raw = json.loads(OLDEST.read_text().splitlines()[0])
+    fields = {k: v for k, v in raw.items() if k not in ("schema", "weights", "layers_emptied")}
+    plain = Record.from_dict({**fields, "schema": 2})
+    assert "head_scales" not in plain.to_dict() and PruneState.of_record(plain.to_dict()).result.head_scales is None
+    scales = [[0.0 if v == 0 else 1.25 for v in row] for row in raw["mask"]]
+    scaled = Record.from_dict({**fields, "schema": 2, "head_scales": scales})
+    assert Record.from_dict(scaled.to_dict()).head_scales == scales
+    reused = PruneState.of_record(scaled.to_dict()).result
+    assert reused.head_scales.tolist() == scales and reused.head_scales.dtype == torch.float64
+
+
 def test_a_first_schema_record_is_migrated():
     raw = json.loads(OLDEST.read_text().splitlines()[0])
     old = {k: v for k, v in raw.items() if k not in ("cell", "schema", "base_failed")}

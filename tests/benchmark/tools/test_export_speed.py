@@ -24,11 +24,12 @@ from transformers import (
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory, glue_dir):
-    """A smoke run with recovery: WNLI seed 0, original, random and voita (whose own weights differ)."""
+    """A smoke run with recovery: WNLI seed 0, original, random, voita (whose own weights differ) and kwon (whose
+    mask is scaled)."""
     from smoke_runs import run_smoke
 
     out = tmp_path_factory.mktemp("run")
-    run_smoke(out, glue_dir, methods_spec="random,voita", recover=True)
+    run_smoke(out, glue_dir, methods_spec="random,voita,kwon", recover=True)
     return out
 
 
@@ -38,7 +39,8 @@ def _records(folder: Path) -> dict[tuple[str, str], dict]:
 
 
 @pytest.mark.parametrize("method,condition", [("random", "prune+recover"), ("random", "prune-only"),
-                                              ("voita", "own-fine-tuning"), ("original", "control")])
+                                              ("voita", "own-fine-tuning"), ("original", "control"),
+                                              ("kwon", "prune-only"), ("kwon", "prune+recover")])
 def test_bench_export_writes_the_model_the_cell_evaluated(smoke_run, glue_dir, tmp_path, method, condition):
     from click.testing import CliRunner
     from smoke_runs import smoke_config
@@ -69,6 +71,40 @@ def test_bench_export_writes_the_model_the_cell_evaluated(smoke_run, glue_dir, t
     assert predictions.tolist() == record["predictions"]
 
 
+def test_a_scaled_mask_is_exported_as_the_base_model_under_that_scaled_mask(smoke_run, glue_dir, tmp_path):
+    """kwon's prune-only cell: the exported folder computes the base model under the record's scaled mask (the
+    final hidden states, float32: the rounding tolerance of two BERT forward passes), which differs from the base
+    model under the binary mask by more than that: the scales are applied, not dropped."""
+    from click.testing import CliRunner
+    from tolerances import bert_path_terms, float32_tolerance
+
+    from headprune_bench.benchmark.cli import main
+    from headprune_bench.methods.heads import apply_head_mask
+
+    record = _records(smoke_run)[("kwon", "prune-only")]
+    assert record["head_scales"] is not None and record["trace"]["tune"]["tuned_layers"], record["trace"]["tune"]
+    out = tmp_path / "export"
+    result = CliRunner().invoke(main, ["export", str(smoke_run), "--task", "wnli", "--seed", "0", "--method", "kwon",
+                                       "--condition", "prune-only", "--device", "cpu", "--data-dir", str(glue_dir),
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    exported = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
+    base = AutoModelForSequenceClassification.from_pretrained(smoke_run / "base" / "wnli-seed0").eval()
+    g = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(1000, 2000, (4, 24), generator=g),
+              "attention_mask": torch.ones(4, 24, dtype=torch.long)}
+
+    def last_hidden(model, mask=None):
+        with torch.no_grad(), apply_head_mask(model, mask) if mask is not None else torch.no_grad():
+            return model(**inputs, output_hidden_states=True).hidden_states[-1]
+
+    scaled = torch.tensor(record["head_scales"])
+    reference = last_hidden(base, scaled)
+    tol = float32_tolerance(reference, bert_path_terms(base.config, 24))
+    assert float((last_hidden(exported) - reference).abs().max()) <= tol
+    assert float((last_hidden(base, torch.tensor(record["mask"], dtype=torch.float32)) - reference).abs().max()) > tol
+
+
 def test_bench_export_names_what_the_folder_holds_and_a_missing_base_model(smoke_run, glue_dir, tmp_path):
     import shutil
 
@@ -85,7 +121,7 @@ def test_bench_export_names_what_the_folder_holds_and_a_missing_base_model(smoke
     control = CliRunner().invoke(main, args + ["--method", "random", "--condition", "control"])
     assert "the fine-tuning control is --method original --condition control" in control.output
     typo = CliRunner().invoke(main, args + ["--method", "rnadom"])
-    assert "wnli seed 0 has methods original, random, voita" in typo.output
+    assert "wnli seed 0 has methods kwon, original, random, voita" in typo.output
     wrong_seed = CliRunner().invoke(main, [*args[:5], "1", *args[6:], "--method", "random"])
     assert "no record of random on wnli seed 1" in wrong_seed.output and "wnli has seeds 0" in wrong_seed.output
     taken = tmp_path / "taken"
@@ -188,7 +224,7 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     assert random_row["params (M)"] == pytest.approx(closed_form_parameter_count(config, mask) / 1e6, abs=0.005)
     assert random_row["GFLOPs/example (T 16)"] == pytest.approx(forward_flops(config, 16, mask).total / 1e9,
                                                                 abs=0.0005)
-    assert "measured speed-up (batch 1, T 16)" in rows.columns and set(rows["method"]) == {"random", "voita"}
+    assert "measured speed-up (batch 1, T 16)" in rows.columns and set(rows["method"]) == {"random", "voita", "kwon"}
 
 
 @pytest.mark.parametrize("bad, message", [

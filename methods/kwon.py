@@ -1,0 +1,150 @@
+"""Retraining-free head pruning of Kwon, Kim, Mahoney, Hassoun, Keutzer, Gholami, "A Fast Post-Training Pruning
+Framework for Transformers" (NeurIPS 2022), heads only: Fisher mask search, rearrangement, mask tuning (stages in
+:mod:`headprune_bench.methods.mask_tuning`). ``kwon`` runs all three; ``kwon-search`` and ``kwon-rearrange`` are the
+ablations that stop after the search and after the rearrangement. See docs/methods.md ("Kwon et al. 2022")."""
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from headprune_bench.methods import mask_tuning as stages
+from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from headprune_bench.methods.heads import forward_flops
+from headprune_bench.methods.options import Interval
+from headprune_bench.methods.registry import register
+
+TEACHERS = ("sqrt", "unpruned")
+
+
+class _Kwon(HeadPruner):
+    """Shared by the three names: ``stages`` says how far the pipeline runs."""
+
+    stages: ClassVar[tuple[str, ...]] = ()
+    exact_budget = True
+    needs_target = True
+    defaults = {"sample_size": 2048, "batch_size": 32, "split": "train"}
+    constraints = {"sample_size": Interval(1, None), "batch_size": Interval(1, None), "split": SPLITS}
+    conformance_options = {"sample_size": 16, "batch_size": 8}
+
+    def sample(self, context: PruningContext) -> list[int]:
+        """The sample's example indices: ``min(sample_size, n)`` of the split, drawn without replacement with the
+        cell's seed (the official code draws 2048 with replacement; WNLI has 635 train examples)."""
+        n = context.num_examples(self.options["split"])
+        if n == 0:
+            raise ValueError(f"{self.name}: the split {self.options['split']!r} is empty")
+        order = torch.randperm(n, generator=context.generator(salt=40))
+        return sorted(order[: min(self.options["sample_size"], n)].tolist())
+
+    def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
+        """Fisher search of the ``target_heads`` heads to prune, then the stages of this name; weights untouched.
+
+        Returns:
+            ``scores`` = the diagonal Fisher ``[L, H]`` (float64); with tuning, ``head_scales`` = the scaled mask.
+
+        Raises:
+            ValueError: no target, a target outside ``[0, L*H]``, or an empty split.
+        """
+        opts = self.options
+        if context.target_heads is None:
+            raise ValueError(f"method '{self.name}' needs a budget: give --budget heads:K, fraction:F or matched:M")
+        target, total = int(context.target_heads), context.total_heads
+        if not 0 <= target <= total:
+            raise ValueError(f"{self.name}: cannot prune {target} of {total} heads")
+        model.eval()
+        indices = self.sample(context)
+        batches = list(context.batches(opts["split"], batch_size=opts["batch_size"], indices=indices))
+        timings: dict[str, float] = {}
+        start = time.time()
+        grads = stages.mask_gradients(model, batches, context.num_layers, context.num_heads)
+        context.count_backward(len(indices))
+        fisher = stages.fisher_information(grads)
+        mask = lowest_k_mask(fisher, target)
+        timings["fisher_search_wall_s"] = round(time.time() - start, 3)
+        trace: dict[str, Any] = {"stages": list(self.stages), "sample": len(indices), "batches": len(batches),
+                                 "searched_mask": mask.int().tolist()}
+        tokens = sum(int(b["attention_mask"].sum()) for b in batches) / len(indices)
+        trace["flops"] = flops_removed(model.config, mask, max(1, round(tokens)))
+        head_scales = None
+        if "rearrange" in self.stages:
+            start = time.time()
+            before = [stages.rearrange_objective(_pruned(mask[i]), grads[:, i]) for i in range(mask.shape[0])]
+            mask = stages.rearrange(mask, grads)
+            after = [stages.rearrange_objective(_pruned(mask[i]), grads[:, i]) for i in range(mask.shape[0])]
+            trace["rearrange"] = {"objective_before": before, "objective_after": after,
+                                  "heads_moved": int((mask != torch.tensor(trace["searched_mask"])).sum()) // 2}
+            timings["rearrange_wall_s"] = round(time.time() - start, 3)
+        if "tune" in self.stages:
+            start = time.time()
+            teacher_kept = total if opts["teacher"] == "unpruned" else stages.teacher_heads_kept(total, total - target)
+            teacher = lowest_k_mask(fisher, total - teacher_kept)
+            tuning = stages.tune_scales(model, batches, mask, teacher, opts["lsmr_maxiter"])
+            head_scales = tuning.scales
+            trace["tune"] = {"teacher": opts["teacher"], "teacher_heads_kept": teacher_kept,
+                             "tuned_layers": tuning.tuned, "skipped_layers": tuning.skipped,
+                             "stopped_at_layer": tuning.stopped_at, "stop_reason": tuning.reason,
+                             "lsmr_istop": {str(k): v for k, v in tuning.istop.items()},
+                             "ffn_rescaling": False}
+            timings["tune_wall_s"] = round(time.time() - start, 3)
+        trace["timings"] = timings
+        return PruningResult(mask=mask, scores=fisher, head_scales=head_scales, trace=trace)
+
+
+def _pruned(row: torch.Tensor) -> list[int]:
+    return [int(h) for h in torch.nonzero(row == 0).flatten()]
+
+
+def flops_removed(config, mask: torch.Tensor, seq_len: int) -> dict[str, Any]:
+    """The matmul FLOPs per example the ``[L, H]`` mask removes at ``seq_len`` tokens (the suite's closed-form
+    counter, :func:`methods.heads.forward_flops`): absolute, and as a share of the unpruned model's."""
+    full, kept = forward_flops(config, seq_len).total, forward_flops(config, seq_len, mask).total
+    return {"seq_len": seq_len, "removed": full - kept, "removed_share": round((full - kept) / full, 6)}
+
+
+@register
+class KwonPruner(_Kwon):
+    """Kwon et al. 2022 for heads: Fisher search (§4.1), rearrangement (§4.2), mask tuning (§4.3).
+
+    Options: sample_size (int, 2048): examples of ``split`` (str, "train") in the Fisher pass and the tuning;
+    batch_size (int, 32): examples per mask gradient (the Fisher depends on it); teacher (str, "sqrt": the search at
+    the square root of the kept share, as the official code; or "unpruned"); lsmr_maxiter (int, 100000; 0: LSMR's
+    default of n iterations, as the official code, where tuning mostly stops at layer 1: docs/methods.md says why
+    the default follows the paper and the K-prune fork instead). The result's ``head_scales`` are the
+    tuned kept heads' scales (evaluation and recovery apply them; export folds them into the weights). Raises
+    OptionError at construction.
+    """
+
+    name = "kwon"
+    report_order, report_color = 65, "#CC6677"  # (Paul Tol's rose: Okabe-Ito's eight are taken)
+    stages = ("search", "rearrange", "tune")
+    summary = "Kwon et al. 2022: Fisher mask search, rearrangement and least-squares mask tuning (retraining-free)"
+    defaults = {**_Kwon.defaults, "teacher": "sqrt", "lsmr_maxiter": 100_000}
+    constraints = {**_Kwon.constraints, "teacher": TEACHERS, "lsmr_maxiter": Interval(0, None)}
+
+
+@register
+class KwonRearrangePruner(_Kwon):
+    """Kwon et al. 2022, stages 1-3: Fisher search and rearrangement, no tuning (binary mask). Options as ``kwon``
+    without ``teacher``."""
+
+    name = "kwon-rearrange"
+    ablation_of = "kwon"
+    stages = ("search", "rearrange")
+    summary = "Kwon et al. 2022 without mask tuning: Fisher search and rearrangement"
+
+
+@register
+class KwonSearchPruner(_Kwon):
+    """Kwon et al. 2022, stages 1-2: prune the ``target_heads`` heads of lowest diagonal Fisher, one global ranking
+    (no per-layer normalisation). Options as ``kwon`` without ``teacher``."""
+
+    name = "kwon-search"
+    ablation_of = "kwon"
+    stages = ("search",)
+    summary = "Kwon et al. 2022, Fisher search only: prune the heads of lowest diagonal Fisher"
+
+    def ranks_once(self) -> bool:
+        """True: the Fisher does not depend on the target."""
+        return True
