@@ -250,6 +250,20 @@ def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def autograd_enabled() -> Iterator[None]:
+    """Gradients on inside the block, also under a caller's ``torch.no_grad()`` or ``torch.inference_mode()`` (a
+    gradient-based importance needs them by nature); pass the batches through :func:`autograd_batch`."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
+def autograd_batch(batch: Batch) -> Batch:
+    """``batch`` with its tensors made under ``torch.inference_mode()`` cloned (autograd cannot save those)."""
+    with torch.inference_mode(False):  # (a clone made in inference mode would be an inference tensor again)
+        return {k: v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v for k, v in batch.items()}
+
+
 def check_mask(mask: torch.Tensor, num_layers: int, num_heads: int, where: str = "mask") -> torch.Tensor:
     """``mask`` as a float32 CPU ``[num_layers, num_heads]`` tensor of 0/1; ValueError: wrong shape or values."""
     if not isinstance(mask, torch.Tensor):

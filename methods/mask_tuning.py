@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from scipy.sparse.linalg import lsmr
 from torch import nn
 
-from headprune_bench.methods.base import Batch, model_inputs
+from headprune_bench.methods.base import Batch, autograd_batch, autograd_enabled, model_inputs
 from headprune_bench.methods.heads import apply_head_mask, get_layout
 
 MAX_SCALE = 10.0
@@ -25,7 +25,8 @@ def mask_gradients(model: nn.Module, batches: Iterable[Batch], num_layers: int, 
     """One gradient of the mean cross-entropy of each minibatch with respect to an all-ones ``[L, H]`` head mask
     (official ``prune/fisher.py`` ``collect_mask_grads``: eval mode, weights frozen, labels in the loss).
 
-    Gradients are enabled inside, so a caller's ``torch.no_grad()`` does not matter; the weights get none.
+    Gradients are enabled inside, so a caller's ``torch.no_grad()`` or ``inference_mode()`` does not matter; the
+    weights get none.
 
     Returns:
         float64 ``[num_batches, L, H]``.
@@ -38,8 +39,8 @@ def mask_gradients(model: nn.Module, batches: Iterable[Batch], num_layers: int, 
         p.requires_grad_(False)
     grads = []
     try:
-        with torch.enable_grad():
-            for batch in batches:
+        with autograd_enabled():
+            for batch in map(autograd_batch, batches):
                 gates = torch.ones(num_layers, num_heads, device=batch["input_ids"].device, requires_grad=True)
                 with apply_head_mask(model, gates):
                     logits = model(**model_inputs(batch)).logits

@@ -9,7 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask, model_inputs
+from headprune_bench.methods.base import (
+    SPLITS,
+    HeadPruner,
+    PruningContext,
+    PruningResult,
+    autograd_batch,
+    autograd_enabled,
+    lowest_k_mask,
+    model_inputs,
+)
 from headprune_bench.methods.heads import apply_head_mask
 from headprune_bench.methods.options import Interval
 from headprune_bench.methods.registry import register
@@ -25,6 +34,7 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
 
     Args:
         model: a classifier of a supported family, in eval mode (the caller's); its weights get no gradient.
+            Gradients are enabled inside, so a caller's ``torch.no_grad()`` or ``inference_mode()`` does not matter.
         batches: batches with ``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``.
         estimator: "example" (``|.|`` per example, the paper) or "token" (per token position, the official code).
         base_mask: optional ``[L, H]`` 0/1 mask of heads already pruned; the gates are multiplied by it.
@@ -49,15 +59,17 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
                 break
             if max_examples:
                 batch = {k: v[: max_examples - n_examples] for k, v in batch.items()}
+            batch = autograd_batch(batch)
             bsz, seq = batch["input_ids"].shape
             device = batch["input_ids"].device
             shape = (bsz, num_layers, num_heads) if estimator == "example" else (bsz, seq, num_layers, num_heads)
-            gates = torch.ones(shape, device=device, requires_grad=True)
-            effective = gates if base_mask is None else gates * base_mask.to(device)
-            with apply_head_mask(model, effective):
-                logits = model(**model_inputs(batch)).logits
-            loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")  # sum of per-example L(x)
-            (grad,) = torch.autograd.grad(loss, gates)
+            with autograd_enabled():
+                gates = torch.ones(shape, device=device, requires_grad=True)
+                effective = gates if base_mask is None else gates * base_mask.to(device)
+                with apply_head_mask(model, effective):
+                    logits = model(**model_inputs(batch)).logits
+                loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")  # sum of per-example L(x)
+                (grad,) = torch.autograd.grad(loss, gates)
             grad = grad.abs().double().cpu()
             if estimator == "example":
                 total += grad.sum(dim=0)

@@ -278,3 +278,20 @@ def test_the_per_layer_floor_moves_a_scaled_mask_with_its_scales():
     assert floored.head_scales[0, 2] == 1.0 and floored.head_scales[1, 0] == 0.0
     assert floored.head_scales[0, 3] == 0.5 and floored.head_scales[2, 1] == 0.5
     assert torch.equal(check_head_scales(floored.head_scales, floored.mask), floored.head_scales)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode], ids=["no_grad", "inference_mode"])
+def test_gradient_passes_work_inside_a_callers_no_grad_or_inference_mode(mode):
+    """Michel's importance and Kwon's mask gradients need gradients by nature: they enable them inside, also for
+    batches made under inference mode, and give the same values as outside (issue 42, item 1)."""
+    from headprune_bench.methods.michel import head_importance
+
+    model = tiny_model().double()
+    outside_michel, _ = head_importance(model, _batches(), L, H)
+    outside_kwon = stages.mask_gradients(model, _batches(), L, H)
+    with mode():
+        batches = _batches()
+        inside_michel, _ = head_importance(model, batches, L, H)
+        inside_kwon = stages.mask_gradients(model, batches, L, H)
+    assert torch.equal(inside_michel, outside_michel) and torch.equal(inside_kwon, outside_kwon)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
