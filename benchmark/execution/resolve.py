@@ -67,8 +67,8 @@ def resolve_execution(cfg: RunConfig) -> Execution:
     auto|cuda``, else to 0. Cells run on ``cuda`` exactly when ``gpus_per_cell > 0``.
 
     Raises:
-        ConfigError: ``--device cuda:N`` on Ray (Ray assigns the GPU), ``--device cpu`` with a GPU share, or
-            ``--device cuda`` without one on a cluster.
+        ConfigError: ``--device cuda:N`` on Ray (Ray assigns the GPU), ``--device cpu`` with a GPU share, a GPU
+            share for local workers without a visible GPU, or ``--device cuda`` without one on a cluster.
         ValueError: ``--device`` names an unknown device or CUDA is missing (serial runs).
     """
     if not cfg.workers and not cfg.ray_address:
@@ -82,6 +82,10 @@ def resolve_execution(cfg: RunConfig) -> Execution:
         gpus = min(1.0, visible / cfg.workers) if visible else 0.0
     if gpus > 0 and cfg.device == "cpu":
         raise ConfigError(f"--gpus-per-cell {gpus:g} with --device cpu: drop one of them")
+    if gpus > 0 and cfg.workers and torch.cuda.device_count() == 0:  # (a cluster's GPUs may be on other machines)
+        built = "" if torch.backends.cuda.is_built() else "; this torch is built without CUDA"
+        raise ConfigError(f"--gpus-per-cell {gpus:g}: no GPU is visible on this machine{built}; drop the option to "
+                          f"run the cells on the CPU")
     if gpus == 0 and cfg.device == "cuda":
         raise ConfigError("--device cuda on Ray needs --gpus-per-cell G (the share of a GPU each cell reserves, "
                           "e.g. 0.25 runs four cells on one GPU)")

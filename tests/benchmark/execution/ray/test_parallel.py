@@ -292,6 +292,17 @@ def test_gpu_options_that_contradict_each_other_are_refused(kwargs, message, mon
         resolve_execution(smoke_config(tmp_path, glue_dir, **kwargs))
 
 
+def test_a_gpu_share_without_a_visible_gpu_is_refused_before_the_folder_exists(monkeypatch, tmp_path, glue_dir):
+    """Issue 42, item 2: on a machine without CUDA, `--workers 1 --gpus-per-cell 0.5` used to start Ray, fail in a
+    cell and leave run.json pinned to cuda."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    res = _bench(["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--workers", "1",
+                  "--gpus-per-cell", "0.5", "--data-dir", str(glue_dir), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines()[-1].startswith("Error: --gpus-per-cell 0.5: no GPU is visible")
+    assert not (tmp_path / "run").exists()
+
+
 def test_serial_runs_are_unchanged_by_the_ray_options(tmp_path, glue_dir):
     runner = Runner(smoke_config(tmp_path, glue_dir))
     try:
@@ -306,7 +317,7 @@ def test_every_method_on_glue_small_equals_the_serial_run(ray_address, glue_dir,
     run record for record (the serial run on one torch thread, as each Ray cell). `all` is spelled out as the
     shipped methods: in a test session it would also hold the methods the test modules register."""
     shipped = ",".join(name for name, cls in shipped_methods().items() if in_methods_all(cls))
-    assert len(shipped.split(",")) == 8  # auber-null, AUBER's null-reward control, is in `all`
+    assert len(shipped.split(",")) == 9  # auber-null, AUBER's null-reward control, is in `all`
     args = ["--preset", "smoke", "--methods", shipped, "--tasks", "glue-small", "--device", "cpu", "--no-progress",
             "--no-report", "--data-dir", str(glue_dir)]
     threads = torch.get_num_threads()
