@@ -101,6 +101,8 @@ def check_architecture(name: str) -> AutoConfig:
         UnsupportedArchitectureError: ``model_type`` has no layout adapter (``supported_model_types()``),
             or the model's heads are already physically pruned (``config.pruned_heads``).
         OSError: the model cannot be found (hub unreachable, folder missing).
+        ValueError: a local folder's attention weights do not have the shapes its config.json gives
+            (:func:`check_weight_shapes`).
     """
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
     path = Path(name).expanduser()
@@ -122,7 +124,39 @@ def check_architecture(name: str) -> AutoConfig:
             f"--model {name}: its heads are already physically pruned (config.pruned_heads = "
             f"{config.pruned_heads}, e.g. a `bench export` folder); the benchmark prunes an unpruned encoder: give "
             f"the model it was pruned from")
+    if path.is_dir():
+        check_weight_shapes(path, config, name)
     return config
+
+
+def check_weight_shapes(folder: Path, config, name: str) -> None:
+    """Compare the attention weights of a local folder's ``model*.safetensors`` (read from their headers, not
+    loaded) with the shapes its ``config`` gives, e.g. a ``bench export`` folder whose config.json lost
+    ``pruned_heads``; other weight formats are left to ``from_pretrained``.
+
+    Raises:
+        ValueError: naming the file, the weight, both shapes and ``--model``.
+    """
+    files = sorted(folder.glob("model*.safetensors"))
+    if not files:
+        return
+    from safetensors import safe_open
+
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    prefix = f"{model.base_model_prefix}."  # (a base encoder's checkpoint names its weights without it)
+    shapes = {k.removeprefix(prefix): tuple(v.shape) for k, v in model.state_dict().items()
+              if "attention" in k or "attn" in k}
+    for file in files:
+        with safe_open(str(file), "pt") as weights:
+            for key in weights.keys():
+                want = shapes.get(key.removeprefix(prefix))
+                got = tuple(weights.get_slice(key).get_shape())
+                if want is not None and got != want:
+                    raise ValueError(
+                        f"--model {name}: {file.name} holds {key} with shape {list(got)}, but config.json gives "
+                        f"{list(want)}: the weights and the configuration disagree (a `bench export` folder whose "
+                        f"config.json lost `pruned_heads`?)")
 
 
 def load_classifier(name: str, num_labels: int, attn_implementation: str = "sdpa") -> nn.Module:

@@ -214,3 +214,31 @@ def test_precision_is_part_of_the_experiment_and_fp32_folders_keep_their_hash(gl
         Runner(smoke_config(tmp_path / "fp32", glue_dir, precision="bf16"))
     with pytest.raises(ConfigError, match=r"extra.precision: 'bf16' -> '<absent>'"):
         Runner(smoke_config(tmp_path / "bf16", glue_dir))
+
+
+def test_a_folder_whose_weights_disagree_with_its_config_is_refused_before_the_run_folder(tmp_path, glue_dir):
+    """Issue 42, item 7: an exported (physically pruned) folder whose config.json lost `pruned_heads`, given as
+    --model, used to create the run folder and then fail in transformers. Its unpruned twin passes the check."""
+    import json
+
+    from click.testing import CliRunner
+
+    from headprune_bench.benchmark.cli import main
+    from headprune_bench.methods.conformance import tiny_model
+    from headprune_bench.methods.heads import remove_heads, save_pruned
+
+    tiny_model(0).save_pretrained(tmp_path / "whole")
+    models.check_architecture(str(tmp_path / "whole"))
+    mask = torch.ones(3, 4)
+    mask[1, 2] = 0
+    save_pruned(remove_heads(tiny_model(0), mask), tmp_path / "exported")
+    config = json.loads((tmp_path / "exported" / "config.json").read_text())
+    del config["pruned_heads"]
+    (tmp_path / "exported" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"layer\.1\.attention\.output\.dense\.weight with shape \[32, 24\], "
+                                         r"but config\.json gives \[32, 32\].*lost `pruned_heads`"):
+        models.check_architecture(str(tmp_path / "exported"))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--model",
+                                    str(tmp_path / "exported"), "--data-dir", str(glue_dir), "--out", str(out)])
+    assert res.exit_code == 1 and "config.json lost `pruned_heads`" in res.output and not out.exists()
