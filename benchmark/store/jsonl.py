@@ -85,8 +85,35 @@ def record_problem(entry: Any) -> str | None:
         if not (isinstance(rec.predictions, list) and isinstance(rec.labels, list)
                 and len(rec.predictions) == len(rec.labels)):
             raise ValueError("predictions and labels are not two lists of one length")
+        mask_problem = _mask_problem(rec)
+        if mask_problem:
+            raise ValueError(mask_problem)
     except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
         return f"not a record ({exc})"
+    return None
+
+
+def _mask_problem(rec: Record) -> str | None:
+    """Why a record's ``mask`` (and ``scores``, ``head_scales``) disagree with its own counts, or None: a mask of
+    ``heads_total`` 0/1 entries in rows of one length, as many zeros as ``heads_pruned`` and ``budget.achieved``,
+    ``scores`` and ``head_scales`` of the mask's shape."""
+    mask = rec.mask
+    if not (isinstance(mask, list) and all(isinstance(row, list) for row in mask)):
+        return "mask is not a list of rows"
+    shape = (len(mask), len(mask[0]) if mask else 0)
+    if any(len(row) != shape[1] for row in mask) or shape[0] * shape[1] != rec.heads_total:
+        return f"mask of rows {[len(row) for row in mask]} does not hold heads_total = {rec.heads_total} heads"
+    if any(v not in (0, 1) or isinstance(v, bool) for row in mask for v in row):
+        return "mask holds values other than 0 and 1"
+    zeros = sum(v == 0 for row in mask for v in row)
+    if zeros != rec.heads_pruned or zeros != rec.budget.achieved:
+        return (f"mask prunes {zeros} heads, but heads_pruned = {rec.heads_pruned} and budget.achieved = "
+                f"{rec.budget.achieved}")
+    for name in ("scores", "head_scales"):
+        rows = getattr(rec, name)
+        if rows is not None and (not isinstance(rows, list) or len(rows) != shape[0]
+                                 or any(not isinstance(r, list) or len(r) != shape[1] for r in rows)):
+            return f"{name} is not [{shape[0]}][{shape[1]}] as the mask"
     return None
 
 
