@@ -5,7 +5,9 @@ model loads or trains.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import socket
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +179,27 @@ def check_execution(workers: int | None, ray_address: str | None, threads_per_ce
                           f"cells per GPU) or a whole number of GPUs")
     if on_ray and importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
+    if ray_address is not None:
+        check_reachable(ray_address)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a ``--ray-address`` (``host:port``, ``ray://host:port``, or ``auto`` with ``$RAY_ADDRESS`` set) where
+    nothing accepts a TCP connection within ``timeout_s``, before anything is created (Ray itself retries for
+    minutes). ``auto`` without ``$RAY_ADDRESS`` is left to Ray, which looks for a cluster on this machine.
+
+    Raises:
+        ConfigError: naming the address and the reason.
+    """
+    target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    if not target or not host or not port.isdigit():
+        return  # (not host:port: Ray's own message names what is wrong)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray-address {address}: nothing answers at {host}:{port} ({exc.strerror or exc}) within "
+                          f"{timeout_s:g} s; start the cluster (`ray start --head`) or fix the address") from exc
 
 
 def _method_names(methods_spec: str) -> list[str]:
