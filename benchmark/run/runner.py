@@ -46,6 +46,29 @@ from headprune_bench.benchmark.store.records import (
 log = logging.getLogger("benchmark")
 
 
+def plan_change(same_command: list[dict[str, Any]], methods_now: list[str], planned: list[CellKey]) -> str | None:
+    """What this run's methods add to or drop from the last plan of the same command (``same_command``: the
+    folder's ``runs.jsonl`` entries with this run's argv), e.g. ``--methods all`` after a plugin was installed; None
+    when nothing changed or the command is new to the folder."""
+    if not same_command:
+        return None
+    last = same_command[-1]
+    before = list(last.get("methods") or [])
+    added = [m for m in methods_now if m not in before]
+    dropped = [m for m in before if m not in methods_now]
+    if not added and not dropped:
+        return None
+    parts = []
+    if added:
+        counts = ", ".join(f"{m} ({sum(c.method == m for c in planned)} cells)" for m in added)
+        parts.append(f"adds the method(s) {counts}")
+    if dropped:
+        parts.append(f"drops {', '.join(dropped)}")
+    return (f"the same command planned {len(last.get('cells') or [])} cells on {last.get('started', '?')}; this plan "
+            f"{' and '.join(parts)} (`--methods all`, the default, takes every installed method, entry-point plugins "
+            f"included)")
+
+
 class Runner:
     """Runs (or resumes) a benchmark into ``config.out``. Use :meth:`run`, then :meth:`close`.
 
@@ -200,6 +223,11 @@ class Runner:
         planned = self.planned_cells()
         keys = [str(c) for c in planned]
         todo = {k for k in keys if k not in self.store}
+        change = plan_change([p for p in self.store.plans() if p.get("argv") == sys.argv[1:]], self.method_names,
+                             planned)
+        if change:
+            tqdm.write(f"bench run: {change}", file=sys.stderr)
+            log.info("%s", change)
         self.store.add_plan({"started": now_utc(), "argv": sys.argv[1:], "git_commit": self.provenance["git_commit"],
                              "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
                              "methods": self.method_names, "budget": self.budget_label, "recover": self.cfg.recover,

@@ -331,6 +331,10 @@ class RecordStore:
         """Append a failed cell's entry (cell, error, traceback, time) to ``failures.jsonl``."""
         append_jsonl(self.folder / FAILURES, failure)
 
+    def plans(self) -> list[dict[str, Any]]:
+        """The readable entries of ``runs.jsonl``, oldest first."""
+        return read_jsonl(self.folder / PLANS)
+
     def add_plan(self, plan: dict[str, Any]) -> None:
         """Append one ``bench run`` invocation (command, selection, planned ``cells``) to ``runs.jsonl``."""
         append_jsonl(self.folder / PLANS, plan)

@@ -424,3 +424,22 @@ def test_the_runner_is_the_ray_loops_typed_handle_and_plans_cell_keys(smoke_run,
     planned = runner.planned_cells()
     assert all(isinstance(c, CellKey) for c in planned)
     assert [str(c) for c in planned] == [r["cell"] for r in RecordStore(smoke_run).records()]
+
+
+def test_a_resumed_command_says_what_its_plan_adds(tmp_path, glue_dir, capsys):
+    """Issue 42, item 10: after a plugin was installed, the same `--methods all` command planned more cells without
+    a word. Now the run says which methods the same command's last plan lacked, with their cell counts."""
+    import sys
+
+    from headprune_bench.benchmark.run.runner import plan_change
+    from headprune_bench.benchmark.store.jsonl import RecordStore
+
+    assert plan_change([], ["random"], []) is None
+    RecordStore(tmp_path).add_plan({"started": "2026-12-05T00:00:00+00:00", "argv": sys.argv[1:],
+                                    "methods": ["random"], "cells": ["a", "b"]})
+    run_smoke(tmp_path, glue_dir, methods_spec="random,confidence")
+    err = capsys.readouterr().err
+    assert ("the same command planned 2 cells on 2026-12-05T00:00:00+00:00; this plan adds the method(s) "
+            "confidence (1 cells)") in err
+    run_smoke(tmp_path, glue_dir, methods_spec="random,confidence")  # the same plan again: nothing to say
+    assert "the same command planned" not in capsys.readouterr().err
