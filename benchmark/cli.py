@@ -333,10 +333,14 @@ def speed_cmd(run_dir, batches, lengths, device, threads, min_run_time, rounds, 
                                        f"(the run holds {sorted(held - {0})})")
         records = [r for r in records if r.heads_pruned in wanted]
     profiles = list(speed.head_profiles(records, per_mask))
+    expected = speed.expected_seconds(len(profiles), len(shapes), min_run_time)
     click.echo(f"bench speed {folder}: {run['model']} on {dev} ({speed.machine_name(dev)}, "
-               f"{torch.get_num_threads()} threads); {len(profiles)} head profile(s), {len(shapes)} shape(s)")
-    rows = speed.measure(model, profiles, shapes, dev, min_run_time, progress=click.echo, rounds=rounds)
-    click.echo(f"{len(rows)} timings appended to {speed.write_rows(folder, rows)}")
+               f"{torch.get_num_threads()} threads); {len(profiles)} head profile(s), {len(shapes)} shape(s): at "
+               f"least {expected:.0f} s of timed calls (--min-run-time {min_run_time:g} s per model and shape); each "
+               f"shape's timings are appended to {folder / speed.SPEED_FILE} as they are measured")
+    rows = speed.measure(model, profiles, shapes, dev, min_run_time, progress=click.echo, rounds=rounds,
+                         on_rows=lambda done: speed.write_rows(folder, done))
+    click.echo(f"{len(rows)} timings appended to {folder / speed.SPEED_FILE}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -114,9 +114,15 @@ def _mask_of(profile: tuple[int, ...], heads: int) -> torch.Tensor:
     return mask
 
 
+def expected_seconds(profiles: int, shapes: int, min_run_time: float, masked: bool = True) -> float:
+    """A lower bound on :func:`measure`'s time: ``min_run_time`` of timed calls per model (dense, masked, one per
+    profile) and shape; loading, warm-up and the first call that sizes the blocks come on top."""
+    return shapes * (1 + int(masked and profiles > 0) + profiles) * min_run_time
+
+
 def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: list[tuple[int, int]],
             device: torch.device, min_run_time: float, progress: Callable[[str], None] = lambda s: None,
-            rounds: int = ROUNDS) -> list[SpeedRow]:
+            rounds: int = ROUNDS, on_rows: Callable[[list[SpeedRow]], Any] = lambda rows: None) -> list[SpeedRow]:
     """Time the dense model, the masked model (the first profile's mask) and each profile's pruned model at every
     (batch, seq_len) shape, on random token ids without padding.
 
@@ -126,7 +132,8 @@ def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: lis
         shapes: (batch, seq_len) pairs.
         device: where to run. min_run_time: about the seconds of timed calls per model and shape (at least
             one call per round). rounds: rounds of :func:`time_rounds`.
-        progress: called with a line per measurement.
+        progress: called with a line per measurement. on_rows: called with each shape's rows as soon as they are
+            measured (``bench speed`` appends them to ``speed.jsonl``, so an interrupted run keeps them).
     """
     config = model.config
     heads = config.num_attention_heads
@@ -152,16 +159,19 @@ def measure(model: torch.nn.Module, profiles: list[tuple[int, ...]], shapes: lis
             flops = forward_flops(config, seq_len, _mask_of(p, heads)).total * batch
             runs.append((PRUNED, p, lambda m=m, inputs=inputs: m(**inputs), flops))
         times = time_rounds([run for _, _, run, _ in runs], rounds, min_run_time, device)
+        shape_rows = []
         for (kind, profile, _, flops), own in zip(runs, times):
             median, iqr = _median_iqr(own)
             speedup = _median_iqr([d / t for d, t in zip(times[0], own)])[0]  # paired by round
             row = SpeedRow(kind=kind, heads_per_layer=list(profile), batch=batch, seq_len=seq_len, median_s=median,
                            iqr_s=iqr, blocks=rounds, flops=flops, implied_speedup=dense_flops / flops,
                            measured_speedup=speedup, measured_at=now_utc(), **common)
-            rows.append(row)
-            progress(f"{kind:6s} heads {sum(profile):3d} batch {batch:3d} T {seq_len:3d}: median "
+            shape_rows.append(row)
+            progress(f"{kind:6s} kept {sum(profile):3d} heads, batch {batch:3d} T {seq_len:3d}: median "
                      f"{median * 1e3:9.2f} ms (IQR {iqr * 1e3:.2f}); speed-up measured {row.measured_speedup:.3f}, "
                      f"implied by FLOPs {row.implied_speedup:.3f}")
+        on_rows(shape_rows)
+        rows += shape_rows
     return rows
 
 

@@ -172,8 +172,10 @@ def test_measure_times_each_model_and_shape_with_the_flops_speedup():
                         intermediate_size=48, max_position_embeddings=64, num_labels=2)
     model = BertForSequenceClassification(config).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    written = []  # (issue 42, item 12: an interrupted `bench speed` kept nothing) each shape's rows as measured
     rows = measure(model, [(2, 0, 4), (4, 4, 1)], [(1, 8), (3, 16)], torch.device("cpu"), min_run_time=0.01,
-                   rounds=3)
+                   rounds=3, on_rows=lambda done: written.append([(r.batch, r.seq_len) for r in done]))
+    assert written == [[(1, 8)] * 4, [(3, 16)] * 4]
     assert [(r.kind, sum(r.heads_per_layer), r.batch, r.seq_len) for r in rows] == [
         (kind, heads, b, t) for b, t in [(1, 8), (3, 16)]
         for kind, heads in ((DENSE, 12), (MASKED, 6), (PRUNED, 6), (PRUNED, 9))]
@@ -204,6 +206,8 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     result = CliRunner().invoke(main, ["speed", str(folder), "--batches", "1", "--lengths", "8,16", "--device", "cpu",
                                        "--min-run-time", "0.02"])
     assert result.exit_code == 0, result.output
+    assert "2 shape(s): at least 0 s of timed calls (--min-run-time 0.02 s per model and shape)" in result.output
+    assert "masked kept  50 heads, batch   1 T   8" in result.output  # heads kept, said so (50 of 72)
     lines = [json.loads(line) for line in (folder / "speed.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * 3  # two lengths x (dense, masked, one pruned profile: every cell pruned 22 heads)
     out = build_report([folder], echo=False)
