@@ -234,6 +234,7 @@ class Runner:
                              "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})
         log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
                  self.execution.summary())
+        tqdm.write(f"bench run: {len(keys)} cells planned, {len(todo)} to do", file=sys.stderr)
         if self.cfg.time_limit_s is not None:
             self.limit = TimeLimit.starting_now(self.cfg.time_limit_s, self.folder_times())
             log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)

@@ -96,10 +96,12 @@ def record_problem(entry: Any) -> str | None:
 def _mask_problem(rec: Record) -> str | None:
     """Why a record's ``mask`` (and ``scores``, ``head_scales``) disagree with its own counts, or None: a mask of
     ``heads_total`` 0/1 entries in rows of one length, as many zeros as ``heads_pruned`` and ``budget.achieved``,
-    ``scores`` and ``head_scales`` of the mask's shape."""
+    ``scores`` and ``head_scales`` of the mask's shape (a record with neither mask nor ``heads_total`` passes)."""
     mask = rec.mask
     if not (isinstance(mask, list) and all(isinstance(row, list) for row in mask)):
         return "mask is not a list of rows"
+    if not mask and not rec.heads_total:
+        return None  # (a first-schema record without a mask: nothing to check it against)
     shape = (len(mask), len(mask[0]) if mask else 0)
     if any(len(row) != shape[1] for row in mask) or shape[0] * shape[1] != rec.heads_total:
         return f"mask of rows {[len(row) for row in mask]} does not hold heads_total = {rec.heads_total} heads"
