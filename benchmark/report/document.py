@@ -58,8 +58,8 @@ SURVIVORS_TITLE = ("sensitivity view, survivors only (not the headline: the pair
 
 
 def _pairwise_lines(r: GroupResult) -> list[str]:
-    """The pairwise table of a group with its note (nothing with fewer than two pruned rows)."""
-    if not r.pairwise:
+    """The pairwise table of a group with its note (nothing with fewer than two pruned rows, or without a seed)."""
+    if not r.pairwise or not r.seeds:
         return []
     fams = Counter(c.family for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
     m = sum(fams.values())
@@ -82,6 +82,10 @@ def header_section(data: RunData, results: list[GroupResult]) -> list[str]:
           + (f"; {len(data.broken)} unreadable line(s) skipped (listed below)" if data.broken else "") + ".  ",
           "Scores: the task's primary metric on the GLUE dev split in percent points (MCC × 100 for CoLA), "
           "mean ± sample SD over n seeds. Comparisons are paired by seed (same base model); Δ = row − reference.\n"]
+    if data.presets == {"smoke"}:
+        md.append("**A smoke run: a plumbing check, not a result.** The smoke preset fine-tunes on at most 64 "
+                  "examples for one epoch, so its base models do not learn the task and its numbers mean nothing; "
+                  "a comparison starts at `--preset quick` (docs/presets.md).\n")
     if data.broken:
         md.append(f"**Unreadable lines, skipped.** A record's cell among them is listed as missing; the next "
                   f"`bench run` into the folder moves each line to `{REJECTED}` (kept there, not deleted) and "
@@ -103,7 +107,12 @@ def task_sections(results: list[GroupResult]) -> list[str]:
     sensitivity view where some seed was left out."""
     md: list[str] = []
     for r in results:
-        md += [f"## {tables.group_title(r)}\n", tables.md_table(tables.task_table(r))]
+        md.append(f"## {tables.group_title(r)}\n")
+        if not r.seeds:  # every seed's base model failed: a table of "n = 0" and dashes says nothing
+            md += [f"No seed with a working base model: every row has n = 0 (rows: "
+                   f"{', '.join(u.row_name for u in r.units)}).\n"]
+        else:
+            md.append(tables.md_table(tables.task_table(r)))
         md += [f"- {n}" for n in tables.table_notes(r, "all")] + [""]
         if r.failed_scores:
             md += [f"**{task_label(r.task)}, the base-failed seeds** (in no statistic above; what each row scored "
@@ -224,7 +233,13 @@ def option_sets_section(sets: pd.DataFrame) -> list[str]:
 
 
 def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
-    """Cross-task summary, every comparison in long form, cost, and wall seconds per (task, seed)."""
+    """Cross-task summary, every comparison in long form, cost, and wall seconds per (task, seed); the first two as
+    one line each when no seed of any task has a working base model."""
+    if not any(r.seeds for r in results):
+        md = ["## Cross-task summary and all comparisons\n",
+              "None: no seed of any task has a working base model (`summary.csv` and `comparisons.csv` hold the "
+              "rows, every one with n = 0).\n"]
+        return md + _cost_sections(frames)
     md = ["## Cross-task summary (WNLI left out of the averages)\n",
           tables.md_table(tables.summary_text(frames.summary)),
           "- mean: average over the non-WNLI tasks of each row's mean score, shown only for rows that ran on all "
@@ -238,7 +253,12 @@ def summary_sections(frames: Frames, results: list[GroupResult]) -> list[str]:
            "- CI (seeds): percentile bootstrap over seeds. CI (seeds+examples): two-level paired bootstrap "
            "(seeds, then dev examples, same examples for both methods). p exact: sign-flip test; p Holm: within "
            "the task table; Wilcoxon signed-rank and paired t-test are secondary.\n"]
-    md += ["## Cost\n", tables.md_table(tables.cost_text(frames.cost)), "- Wall seconds per cell: pruning, any "
+    return md + _cost_sections(frames)
+
+
+def _cost_sections(frames: Frames) -> list[str]:
+    """Cost per cell and wall seconds per (task, seed)."""
+    md = ["## Cost\n", tables.md_table(tables.cost_text(frames.cost)), "- Wall seconds per cell: pruning, any "
            "re-fine-tuning and the dev evaluation (the seed's shared base-model fine-tuning is not counted); pruning "
            "s: the method alone; examples passed forward / backward, the dev evaluation included; machine: the CPU or "
            "GPU that ran the cells (`cost.machine`), with how many ran on each (unknown: records written before it "

@@ -74,6 +74,7 @@ class RunData:
             into that folder replaced (:func:`superseded_cells`).
         superseded_records: the keys of :attr:`records` superseded in the folder they were read from; such
             records stay in every table, under their own options hash, but not in a seed's wall-time total.
+        presets: the ``--preset`` of every ``bench run`` in ``runs.jsonl`` (``quick`` where none was given).
     """
 
     folders: list[Path]
@@ -85,6 +86,17 @@ class RunData:
     broken: list[BrokenLine] = field(default_factory=list)
     superseded: dict[Path, set[str]] = field(default_factory=dict)
     superseded_records: set[str] = field(default_factory=set)
+    presets: set[str] = field(default_factory=set)
+
+
+def preset_of(argv: Sequence[str]) -> str:
+    """The ``--preset`` of a ``bench run`` argv (``runs.jsonl``), ``quick`` (the default) when it names none."""
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            return str(argv[i + 1])
+        if str(arg).startswith("--preset="):
+            return str(arg).split("=", 1)[1]
+    return "quick"
 
 
 def _read_folder(folder: Path) -> tuple[list[dict], list[dict], list[dict], list[BrokenLine]]:
@@ -168,6 +180,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunData:
             read_from[rec.cell] = folder
             data.records.append(rec)
         failures.extend(fails)
+        data.presets |= {preset_of(p.get("argv") or []) for p in plans}
         if plans:
             data.planned[folder] = list(dict.fromkeys(k for p in plans for k in p.get("cells", [])))
             data.superseded[folder] = superseded_cells(plans, [e.get("cell") for e in entries] + data.planned[folder])

@@ -256,10 +256,11 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
     fams = Counter(c.family for c in r.comparisons if c.in_family and np.isfinite(c.view(which).stats.p_exact))
     m, m_max = sum(fams.values()), max(fams.values(), default=0)
     n_max = max({c.view(which).stats.n for c in r.comparisons} or {n_seeds})
-    notes = [f"majority-class baseline: {num(r.majority)}; seeds: {', '.join(map(str, r.seeds))} (n = {n_seeds})."]
+    notes = [f"majority-class baseline: {num(r.majority)}; seeds: {', '.join(map(str, r.seeds)) or 'none'} "
+             f"(n = {n_seeds})."]
     if r.base_failed_seeds:
         notes.append(f"Base failures left out (protocol.md §6: the unpruned base model of the seed is degenerate, so "
-                     f"pruning it says nothing): {len(r.base_failed_seeds)} seed(s), "
+                     f"pruning it says nothing): {len(r.base_failed_seeds)} seed(s): "
                      f"{', '.join(map(str, r.base_failed_seeds))}.")
     if which == "all" and any(s.degenerate for s in r.unit_stats.values()):
         notes.append("Degenerate pruned runs (at or below the majority baseline, or one class for > 95% of dev "

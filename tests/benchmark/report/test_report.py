@@ -451,7 +451,7 @@ def test_base_failures_leave_every_number_and_degenerate_runs_stay(tmp_path):
     c = r.comparison(michel, "original")
     assert c.seeds == [0, 2, 3] and c.all.stats.n == 3 and c.survivors.stats.n == 2
     md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
-    assert "Base failures left out" in md and "1 seed(s), 1." in md
+    assert "Base failures left out" in md and "1 seed(s): 1." in md
     # the failed seed's scores are shown apart, for inspection
     failed = md[md.index("**CoLA, the base-failed seeds**"):].split("\n\n")[1]
     assert "| seed 1 " in failed.splitlines()[0]
@@ -562,9 +562,8 @@ def test_a_task_whose_every_seed_is_a_base_failure_claims_no_pairwise_p(tmp_path
     assert all(r["base_failed"] for r in records)
     md = (build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=100,
                        n_boot_examples=20) / "report.md").read_text()
-    notes = [line for line in md.splitlines() if line.startswith("**RTE pairwise**")]
-    assert len(notes) == 2 and all("Holm over the 0 tested pair(s) of this table;" in n for n in notes), notes
-    assert not any("null-reward control give" in n for n in notes)
+    assert "**RTE pairwise**" not in md  # no seed, no pairwise table (issue 42, item 11): no note claims a p
+    assert "null-reward control give" not in md
     cf = pd.read_csv(tmp_path / "run" / "report" / "comparisons.csv")
     assert len(cf) and (cf.n == 0).all() and not cf.tested.any()  # no paired seed: no comparison is a test
     assert "counts differ (0/0 seeds)" not in md
@@ -592,8 +591,9 @@ def test_the_headline_table_comes_first_with_each_rows_weights_and_the_own_fine_
     own = [dict(r, condition="own-fine-tuning", retrained=True, schema=2, weights="own",
                 cell=r["cell"].replace("|prune-only|", "|own-fine-tuning|"))
            for r in records if r["method"] == "auber" and r["condition"] == "prune-only"]
-    for r in records:
+    for r in records + own:
         r["mask"][0] = [0] * HEADS if r["method"] == "auber" else r["mask"][0]  # AUBER's masks empty layer 0
+        r["heads_pruned"] = r["budget"]["achieved"] = sum(v == 0 for row in r["mask"] for v in row)
     run = write_run(tmp_path / "run", records + own)
     md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
     headline = md.index("## MRPC (acc) — headline: prune + recover vs the fine-tuning control")
@@ -628,3 +628,27 @@ def test_a_run_whose_every_base_model_failed_says_so_instead_of_n_0(tmp_path):
     write_run(tmp_path, records)
     md = (build_report([tmp_path], plots=False, echo=False) / "report.md").read_text()
     assert "Every seed's base model failed" in md and "n = 0 seeds" not in md
+    # issue 42, item 11: no table of "n = 0" rows, no list with an empty field
+    assert "No seed with a working base model: every row has n = 0 (rows: original, random)." in md
+    section = md[md.index("## WNLI"):md.index("## Cross-task")]
+    assert "| original " not in section.split("base-failed seeds")[0]  # no table before the failed seeds' scores
+    assert "seeds: none (n = 0)." in md and "1 seed(s): 0." in md
+    assert "None: no seed of any task has a working base model" in md and "## All comparisons (" not in md
+    assert "A smoke run" not in md  # its runs.jsonl names no smoke preset
+
+
+def test_a_smoke_folder_says_at_the_top_that_it_is_a_plumbing_check(tmp_path):
+    from headprune_bench.benchmark.report.load import preset_of
+    from headprune_bench.benchmark.store.jsonl import RecordStore
+
+    assert (preset_of(["run", "--preset", "smoke"]), preset_of(["--preset=paper"]), preset_of([])) == (
+        "smoke", "paper", "quick")
+    records = make_records(tasks=("wnli",), seeds=(0,), methods={"original": ["none"], "random": ["fraction:0.5"]},
+                           degenerate={("wnli", 0, "original")})
+    write_run(tmp_path, records)
+    RecordStore(tmp_path).add_plan({"argv": ["--preset", "smoke"], "cells": [r["cell"] for r in records]})
+    md = (build_report([tmp_path], plots=False, echo=False) / "report.md").read_text()
+    assert md.index("**A smoke run: a plumbing check, not a result.**") < md.index("## WNLI")
+    RecordStore(tmp_path).add_plan({"argv": ["--preset", "quick"], "cells": []})  # a folder of several presets
+    md = (build_report([tmp_path], plots=False, echo=False) / "report.md").read_text()
+    assert "A smoke run" not in md
