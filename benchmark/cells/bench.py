@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import datasets
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from headprune_bench.benchmark import models, tasks, training
 from headprune_bench.benchmark.config.presets import Preset, TrainConfig
@@ -159,9 +161,16 @@ class SeedBench:
             evaluate=evaluate, fine_tune=fine_tune, target_heads=target, target_per_layer=target_per_layer,
             load_pretrained=load_pretrained, tokenizer_info=models.tokenizer_info(tok), device=device,
             compute_metrics=lambda preds, labels: tasks.compute_metrics(spec, preds, labels),
-            log=lambda msg: log.info("[%s s%d] %s", spec.name, seed, msg),
+            log=lambda msg: _method_says(f"[{spec.name} s{seed}] {msg}"),
             count_backward=lambda n: setattr(counter, "backward", counter.backward + int(n)),
         )
+
+
+def _method_says(message: str) -> None:
+    """A method's progress line (``PruningContext.log``): into ``run.log`` and on screen (on Ray, the worker's
+    stderr reaches the driver's screen)."""
+    log.info("%s", message)
+    tqdm.write(message, file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- the steps of one cell

@@ -233,7 +233,7 @@ class AuberPruner(HeadPruner):
             try:
                 return FastScorer(model, batches, layer, mask, metric), "fast", batches
             except FastScorerUnsupported as exc:
-                context.log(f"auber: fast rewards unavailable ({exc}); using full forward passes")
+                context.log(f"{self.name}: fast rewards unavailable ({exc}); using full forward passes")
         return NaiveScorer(model, batches, layer, mask, metric), "naive", batches
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
@@ -256,7 +256,8 @@ class AuberPruner(HeadPruner):
         layers_trace: list[dict[str, Any]] = []
         retrained = False
         start_all = time.perf_counter()
-        for layer in order:
+        for step, layer in enumerate(order, start=1):
+            context.log(f"{self.name}: layer {layer} ({step} of {len(order)}): {o['episodes']} episodes")
             work, entry, tuned = self.prune_layer(work, context, layer, mask, states, pool, cfg)
             retrained = retrained or tuned
             layers_trace.append(entry)
@@ -336,7 +337,7 @@ class AuberPruner(HeadPruner):
         }
         if found["build_seconds"] is not None:
             entry["cache_build_seconds"] = round(found["build_seconds"], 3)
-        context.log(f"auber: layer {layer}: pruned {entry['pruned']} (mini-dev {found['before']:.4f} -> "
+        context.log(f"{self.name}: layer {layer}: pruned {entry['pruned']} (mini-dev {found['before']:.4f} -> "
                     f"{found['after']:.4f}; {found['evals']} evals, {found['hits']} memo hits, "
                     f"{entry['seconds']:.1f} s)")
         return work, entry, tuned

@@ -443,3 +443,12 @@ def test_a_resumed_command_says_what_its_plan_adds(tmp_path, glue_dir, capsys):
             "confidence (1 cells)") in err
     run_smoke(tmp_path, glue_dir, methods_spec="random,confidence")  # the same plan again: nothing to say
     assert "the same command planned" not in capsys.readouterr().err
+
+
+def test_a_running_method_shows_its_progress_on_screen_under_its_own_name(tmp_path, glue_dir, capsys):
+    """Issue 42, item 9: AUBER's per-layer progress went to run.log only, and auber-null's lines said "auber:"."""
+    run_smoke(tmp_path, glue_dir, methods_spec="auber-null")
+    err = capsys.readouterr().err
+    assert "bench run: 3 cells planned, 3 to do" in err  # original, auber-null prune-only and own fine-tuning
+    assert "[wnli s0] auber-null: layer 0 (1 of 6): 4 episodes" in err and "auber-null: layer 5: pruned" in err
+    assert "] auber: " not in err and "] auber: " not in (tmp_path / "run.log").read_text()
