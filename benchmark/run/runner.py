@@ -30,6 +30,7 @@ from headprune_bench.benchmark.execution.resolve import resolve_execution
 from headprune_bench.benchmark.execution.stopping import StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
+from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.folder import BASE_DIR, check_run_json, save_base_model
 from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, file_lock
 from headprune_bench.benchmark.store.records import (
@@ -124,6 +125,8 @@ class Runner:
         self.budget_label = ",".join(config.level_labels)
         self.config_hash = check_run_json(self.out, self.experiment)
         self.store = RecordStore(self.out)
+        self.claims = Claims(self.out)  # the cells this process computes now (two runs into one folder share)
+        self.left_to_others: set[str] = set()  # cells another run was computing when this one came to them (Ray)
         for broken in self.store.rejected:
             tqdm.write(f"warning: {broken}: moved to {self.out / REJECTED} (kept there); its cell, if it was a "
                        f"record, is computed again", file=sys.stderr)
@@ -249,6 +252,10 @@ class Runner:
                     self._run_serial(planned, todo, bar)
         finally:
             bar.close()
+        left = self.left_to_others - {k for k in self.left_to_others if k in self.store}
+        if left:
+            tqdm.write(f"bench run: {len(left)} cell(s) left to another bench run that was computing them into this "
+                       f"folder", file=sys.stderr)
         failed = {f["cell"] for f in self.failures}
         self.not_run = len(todo - failed) if self.stop.requested or self.limit is not None else 0
         if self.not_run:
@@ -296,6 +303,7 @@ class Runner:
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         resumed = self.store.get(original_key) is not None  # its cells check the base model against that record
         self._passes = {}
+        deferred: list[CellKey] = []
         for cell in cells:
             key, method, condition, level = str(cell), cell.method, cell.condition, cell.budget
             if key not in todo:
@@ -311,6 +319,29 @@ class Runner:
                 if refusal is not None:
                     log.info("cell %s not started: %s", key, refusal)
                     continue
+            if not self.claims.take(key):  # another `bench run` into this folder computes it now
+                log.info("cell %s: another bench run is computing it; this run waits for it after its other cells",
+                         key)
+                deferred.append(cell)
+                continue
+            self._claimed_cell(bench, cell, todo, bar, resumed)
+        for cell in deferred:  # the other run's: wait for it, then compute it only if that run did not
+            self.claims.take(str(cell), wait=True)
+            self._claimed_cell(bench, cell, todo, bar, resumed)
+
+    def _claimed_cell(self, bench: SeedBench, cell: CellKey, todo: set[str], bar, resumed: bool) -> None:
+        """Compute a cell this run holds the claim on (unless another run stored it meanwhile), store its record
+        or its failure, and give the claim back."""
+        key, method, condition, level = str(cell), cell.method, cell.condition, cell.budget
+        spec, seed = bench.data.spec, bench.seed
+        original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
+        try:
+            self.store.refresh()
+            if key in self.store:  # computed by the other run while this one waited or looked
+                todo.discard(key)
+                bar.update(1)
+                return
+            inputs = self._cell_inputs(bench, method, condition, level)
             bar.set_description(f"{spec.name} s{seed} {method} {condition}")
             try:
                 record = self._run_cell(bench, method, condition, inputs, level)
@@ -325,6 +356,8 @@ class Runner:
                 if self.limit is not None:  # the next seeds' cells are estimated from it
                     self.limit.times.add_record(record.to_dict())
             bar.update(1)
+        finally:
+            self.claims.release(key)
 
     def _cell_inputs(self, bench: SeedBench, method: str, condition: str, level: str | None = None):
         """``(setter record, reused prune step, stored prune-only record, score pass)`` of a cell, as
@@ -412,6 +445,7 @@ class Runner:
             return model
 
     def close(self) -> None:
-        """Stop logging to ``DIR/run.log``."""
+        """Give back this run's claims and stop logging to ``DIR/run.log``."""
+        self.claims.release_all()
         log.removeHandler(self._handler)
         self._handler.close()

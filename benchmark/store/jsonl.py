@@ -295,8 +295,26 @@ class RecordStore:
             log.warning("%s: moved to %s (kept there); a record's cell will be computed again", b,
                         self.folder / REJECTED)
         self._records: dict[str, dict[str, Any]] = {}
-        for rec in read_jsonl(self.path):
+        self._read_to: tuple[int, int] = (-1, 0)  # (inode, bytes) of records.jsonl already read
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the records appended since this store last read ``records.jsonl`` (by another ``bench run`` into
+        the folder, or by this one); the whole file again if it was replaced."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh, file_lock(fh.fileno(), shared=True):
+            inode = os.fstat(fh.fileno()).st_ino
+            start = self._read_to[1] if inode == self._read_to[0] else 0
+            fh.seek(start)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1  # (a line still being written is read next time)
+        good, broken = _scan_bytes(self.path, data[:end])
+        for b in broken:
+            log.warning("%s", b)
+        for _, rec, _ in good:
             self._records.setdefault(record_key(rec), rec)
+        self._read_to = (inode, start + end)
 
     def __contains__(self, cell: str) -> bool:
         """Whether the cell key ``cell`` has a record."""

@@ -18,6 +18,7 @@ from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpac
 from headprune_bench.benchmark.execution.resolve import Execution
 from headprune_bench.benchmark.execution.stopping import StopRequest
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
+from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.jsonl import RecordStore
 from headprune_bench.benchmark.store.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE, CellKey
 
@@ -86,6 +87,8 @@ class RunHandle(Protocol):
     stop: StopRequest
     limit: TimeLimit | None
     warned_bases: set[tuple[str, int]]
+    claims: Claims
+    left_to_others: set[str]
 
     def seeds_to_do(self, planned: list[CellKey], todo: set[str]) -> list[tuple[Any, list[int]]]: ...
 
@@ -276,8 +279,22 @@ class _Driver:
             self._submit(best)
 
     def _submit(self, q: _Queued) -> None:
-        """Submit one cell with its inputs: this run's returned outcomes and prune steps, else stored records."""
+        """Submit one cell with its inputs: this run's returned outcomes and prune steps, else stored records. A
+        cell another ``bench run`` into the folder holds the claim on, or has stored meanwhile, is left to it."""
         work, store = self.work, self.runner.store
+        claimed = self.runner.claims.take(q.key)
+        store.refresh()
+        if not claimed or q.key in store:
+            self.runner.claims.release(q.key)
+            self.coming.discard(q.key)
+            if q.key in store:
+                self.todo.discard(q.key)
+                self.bar.update(1)
+            else:
+                log.info("cell %s: another bench run is computing it; left to it", q.key)
+                self.runner.left_to_others.add(q.key)
+            self._close_one(_Pending("cell", q.task, q.seed, q.method, q.condition, q.key))
+            return
 
         def outcome_or_record(method: str):
             key = work.key(q.task, q.seed, method, PRUNE_ONLY)
@@ -313,6 +330,7 @@ class _Driver:
             self.bases[(pending.task, pending.seed)] = ref  # its cells can start (and fail with its error)
             return
         self.coming.discard(pending.key)
+        self.runner.claims.release(pending.key)
         outcome = value
         for level, message in outcome.logs:
             log.log(level, "%s", message)

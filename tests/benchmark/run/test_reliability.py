@@ -709,3 +709,29 @@ def test_bench_run_prints_the_reports_warnings_as_plain_lines(smoke, glue_dir, t
     lines = [line for line in res.stderr.splitlines() if "duplicate cell" in line]
     assert lines and all(line.startswith("warning: 1 duplicate cell(s)") for line in lines)
     assert "ReportWarning" not in res.stderr
+
+
+def test_two_identical_runs_started_at_once_share_the_cells_instead_of_computing_them_twice(glue_dir, tmp_path):
+    """Issue 42, item 5: two `bench run`s into one folder each computed every cell (24 records, 12 keys). A run
+    claims a cell before computing it (an flock the OS releases if it dies) and waits, after its other cells, for
+    the cells the other run holds; each cell is then computed once, and both runs end with every cell stored."""
+    args = [sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--tasks", "wnli,rte",
+            "--methods", "random,confidence", "--out", str(tmp_path), "--data-dir", str(glue_dir), "--no-progress",
+            "--no-report"]
+    runs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=600) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-1500:] for _, err in outputs]
+    keys = [json.loads(line)["cell"] for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == 12  # 2 tasks x (original, control, random and confidence x 2 conditions)
+
+
+def test_a_claimed_cell_is_left_to_its_holder_and_taken_once_released(tmp_path):
+    from headprune_bench.benchmark.store.claims import Claims
+
+    cell, other = "mrpc|seed=0|random|fraction:0.3|prune-only", "mrpc|seed=1|random|fraction:0.3|prune-only"
+    mine, theirs = Claims(tmp_path), Claims(tmp_path)  # (flock: two open files conflict even in one process)
+    assert mine.take(cell) and mine.take(cell)  # taking one's own claim again is a no-op
+    assert not theirs.take(cell) and theirs.take(other)
+    mine.release_all()
+    assert theirs.take(cell, wait=True)
+    assert mine.path("a") != mine.path("b") and mine.path("a").parent == tmp_path / ".claims"

@@ -215,6 +215,28 @@ def test_a_failing_method_and_a_dying_worker_land_in_failures_and_the_rest_finis
     assert plan["to_do"] == 4 and len((tmp_path / "failures.jsonl").read_text().splitlines()) == 8
 
 
+def test_a_cell_another_run_holds_is_left_to_it_on_ray(ray_address, glue_dir, tmp_path):
+    """Issue 42, item 5, on Ray: a cell whose claim another `bench run` holds is not computed a second time; the run
+    says so, and once the claim is released the same command computes it."""
+    from headprune_bench.benchmark.store.claims import Claims
+
+    args = ["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--device", "cpu", "--no-report",
+            "--workers", "2", "--data-dir", str(glue_dir), "--out", str(tmp_path)]
+    runner = Runner(smoke_config(tmp_path, glue_dir, workers=2, recover=True))  # its plan: keys with options hashes
+    try:
+        held = next(str(c) for c in runner.planned_cells() if (c.method, c.condition) == ("random", "prune+recover"))
+    finally:
+        runner.close()
+    other = Claims(tmp_path)  # (another process's claim: an flock on another open file)
+    assert other.take(held)
+    res = _bench(args)
+    assert res.exit_code == 0, res.output
+    assert "1 cell(s) left to another bench run" in res.stderr
+    assert held not in RecordStore(tmp_path) and len(RecordStore(tmp_path).records()) == 3
+    other.release_all()
+    assert _bench(args).exit_code == 0 and held in RecordStore(tmp_path)
+
+
 @pytest.mark.slow  # about 30-60 s each: kept out of the CI suite's 10 minutes
 def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, serial_run, glue_dir, tmp_path):
     """A `bench run` driver on this module's Ray cluster (--ray-address) killed with SIGKILL after a few records,
