@@ -110,10 +110,9 @@ class KwonPruner(_Kwon):
     Options: sample_size (int, 2048): examples of ``split`` (str, "train") in the Fisher pass and the tuning;
     batch_size (int, 32): examples per mask gradient (the Fisher depends on it); teacher (str, "sqrt": the search at
     the square root of the kept share, as the official code; or "unpruned"); lsmr_maxiter (int, 100000; 0: LSMR's
-    default of n iterations, as the official code, where tuning mostly stops at layer 1: docs/methods.md says why
-    the default follows the paper and the K-prune fork instead). The result's ``head_scales`` are the
-    tuned kept heads' scales (evaluation and recovery apply them; export folds them into the weights). Raises
-    OptionError at construction.
+    default of n iterations, as the official code; docs/methods.md says why the default differs). The result's
+    ``head_scales`` are the tuned kept heads' scales (evaluation and recovery apply them; export folds them into the
+    weights). Raises OptionError at construction.
     """
 
     name = "kwon"
