@@ -3,7 +3,7 @@
 Units are the inputs' (the report passes percent points). Sources: percentile bootstrap over seeds (Efron &
 Tibshirani 1993, ch. 13); exact two-sided sign-flip test, all ``2**n`` patterns for n <= 16, Monte Carlo above
 (Good 2005 §3.3; Dror et al. 2018); Wilcoxon and paired t (scipy); two-level bootstrap, seeds then dev examples
-(Davison & Hinkley 1997 §3.8; Bouthillier et al. 2021); Holm 1979 (statsmodels). See docs/reports.md.
+(Davison & Hinkley 1997 §3.8; Bouthillier et al. 2021); Holm 1979 (checked against statsmodels). See docs/reports.md.
 """
 from __future__ import annotations
 

@@ -126,6 +126,19 @@ def test_holm_equals_statsmodels_and_hand_rule_on_random_p_values(seed):
     np.testing.assert_allclose(adjusted, holm_by_hand(p))
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_holm_equals_statsmodels_on_tied_exact_p_values(seed):
+    """Exact sign-flip p are multiples of 2/2^n, so families hold ties; some sit on a step's boundary alpha/(m-i)."""
+    rng = np.random.default_rng(seed)
+    p = np.concatenate([rng.integers(1, 33, 12) * 2 / 2**10, [0.05 / 12, 0.05 / 11, 0.05, 1.0]])
+    rng.shuffle(p)
+    adjusted, reject = stats.holm(p)
+    sm_reject, sm_adjusted, _, _ = multipletests(p, alpha=0.05, method="holm")
+    np.testing.assert_allclose(adjusted, sm_adjusted)
+    np.testing.assert_array_equal(reject, sm_reject)
+    assert len(set(p.tolist())) < p.size  # the family has ties
+
+
 def test_holm_leaves_nan_out_of_the_family():
     adjusted, reject = stats.holm([0.01, math.nan, 0.02])
     np.testing.assert_allclose(adjusted[[0, 2]], [0.02, 0.02])
