@@ -115,13 +115,16 @@ def list_cmd() -> None:
               help="Start only the cells that should finish within DURATION (2h30m, 90m, 5400) of the start, as the "
                    "folder's finished cells of the same kind estimate them; then stop (exit status 75) and let the "
                    "same command resume. For a job's walltime or a session's end.")
+@click.option("--wait-for-base", is_flag=True, default=False,
+              help="On the first Ctrl-C, let a running base fine-tune finish and be saved. Default: it stops at its "
+                   "next training step (cheap to redo), as no cell starts after a Ctrl-C.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
             min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell,
-            time_limit, progress, report, plots) -> None:
+            time_limit, wait_for_base, progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from headprune_bench.benchmark.run.runner import Runner, make_run_config
 
@@ -131,7 +134,8 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                               match_per_layer=match_per_layer, method_options=_parse_method_options(options),
                               progress=progress, precision=precision, workers=workers, ray_address=ray_address,
                               threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell,
-                              min_heads_per_layer=min_heads_per_layer, time_limit=time_limit)
+                              min_heads_per_layer=min_heads_per_layer, time_limit=time_limit,
+                              wait_for_base=wait_for_base)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg)

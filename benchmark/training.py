@@ -125,7 +125,8 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
               seed: int, mask: torch.Tensor | None = None,
               eval_fn: Callable[[nn.Module], float] | None = None, counter: Counter | None = None,
               desc: str = "fine-tune", progress: bool = True,
-              precision: str = "fp32") -> tuple[nn.Module, dict[str, Any]]:
+              precision: str = "fp32",
+              should_stop: Callable[[], bool] | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """Fine-tune ``model`` in place on ``train`` with a fixed head mask; returns it (best state when early
     stopping) and a log ``{"steps", "history", "best_score", "stopped_early"}``.
 
@@ -136,9 +137,12 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
         cfg.epochs: may be fractional (e.g. 0.5 = half an epoch of steps).
         precision: the forward passes' :func:`autocast` (``fp32`` or ``bf16``); the backward pass, the loss and
             the optimiser work on float32 parameters either way.
+        should_stop: asked after every optimiser step; True ends the fine-tune there with :class:`TrainingStopped`
+            (``bench run``'s first Ctrl-C stops a base fine-tune this way).
 
     Raises:
         ValueError: early stopping without ``eval_fn``, or an empty training set.
+        TrainingStopped: ``should_stop`` returned True (the model is then half trained).
     """
     if len(train) == 0:
         raise ValueError("fine_tune: empty training set")
@@ -169,6 +173,8 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
                     model.train()
                 if step >= total_steps or best.stopped:
                     break
+                if should_stop is not None and should_stop():
+                    raise TrainingStopped(step, total_steps)
             epoch += 1
     finally:
         bar.close()
@@ -179,6 +185,14 @@ def fine_tune(model: nn.Module, train: datasets.Dataset, tokenizer, device: torc
     model.eval()
     return model, {"steps": step, "history": best.history,
                    "best_score": None if best.state is None else best.score, "stopped_early": best.stopped}
+
+
+class TrainingStopped(Exception):
+    """:func:`fine_tune` ended on request (its ``should_stop``) after ``steps`` of ``total_steps`` steps."""
+
+    def __init__(self, steps: int, total_steps: int) -> None:
+        super().__init__(f"stopped on request after step {steps} of {total_steps}")
+        self.steps, self.total_steps = steps, total_steps
 
 
 def _optimizer(model: nn.Module, cfg: TrainConfig, total_steps: int):

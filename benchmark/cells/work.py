@@ -219,16 +219,21 @@ class CellWork:
 
     # ------------------------------------------------------------------ base model and bench
 
-    def train_base(self, data: TaskData, seed: int, tokenizer) -> tuple[torch.nn.Module, dict[str, Any]]:
+    def train_base(self, data: TaskData, seed: int, tokenizer,
+                   should_stop=None) -> tuple[torch.nn.Module, dict[str, Any]]:
         """Fine-tune the pre-trained model on the task's (capped) train split with ``seed``; returns the model (in
         eval mode) and its ``train_info`` (wall seconds, examples, seed, finish time, and what ran it: ``machine``,
-        :func:`~headprune_bench.benchmark.provenance.machine_name`, and torch's ``threads``)."""
+        :func:`~headprune_bench.benchmark.provenance.machine_name`, and torch's ``threads``).
+
+        Raises:
+            training.TrainingStopped: ``should_stop()`` (asked after every step) returned True.
+        """
         torch.manual_seed(seed)  # the classification head's initialisation
         model = models.load_classifier(self.cfg.model, data.spec.num_labels).to(self.device)
         start = time.time()
         training.fine_tune(model, data.train, tokenizer, self.device, self.cfg.preset.train, seed=seed,
                            desc=f"base {data.spec.name} s{seed}", progress=self.cfg.progress,
-                           precision=self.cfg.precision)
+                           precision=self.cfg.precision, should_stop=should_stop)
         info = {"wall_s": time.time() - start, "examples": len(data.train), "seed": seed, "finished": now_utc(),
                 "machine": machine_name(self.device), "threads": torch.get_num_threads()}
         return model.eval(), info

@@ -63,6 +63,8 @@ class RunConfig:
         gpus_per_cell: the share of a GPU one cell reserves on Ray; None: that function's default.
         time_limit_s: ``--time-limit`` in seconds: start only the cells that should finish within it
             (:mod:`headprune_bench.benchmark.execution.time_limit`); None: no limit. Not part of the experiment.
+        wait_for_base: on the first Ctrl-C, let a running base fine-tune finish (``--wait-for-base``); else it stops
+            at its next step (:mod:`headprune_bench.benchmark.execution.stopping`). Not part of the experiment.
     """
 
     out: Path
@@ -85,6 +87,7 @@ class RunConfig:
     threads_per_cell: int | None = None
     gpus_per_cell: float | None = None
     time_limit_s: float | None = None
+    wait_for_base: bool = False
 
     @property
     def matched(self) -> Budget | None:
@@ -113,7 +116,7 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                     progress: bool = True, precision: str = "fp32", workers: int | None = None,
                     ray_address: str | None = None, threads_per_cell: int | None = None,
                     gpus_per_cell: float | None = None, min_heads_per_layer: int = 0,
-                    time_limit: str | None = None) -> RunConfig:
+                    time_limit: str | None = None, wait_for_base: bool = False) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
@@ -148,7 +151,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                      min_heads_per_layer=min_heads_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
                      precision=precision, workers=workers, ray_address=ray_address,
-                     threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell, time_limit_s=time_limit_s)
+                     threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell, time_limit_s=time_limit_s,
+                     wait_for_base=wait_for_base)
 
 
 def check_execution(workers: int | None, ray_address: str | None, threads_per_cell: int | None,

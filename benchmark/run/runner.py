@@ -14,7 +14,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from headprune_bench import methods
-from headprune_bench.benchmark import models, tasks
+from headprune_bench.benchmark import models, tasks, training
 from headprune_bench.benchmark.cells.bench import SeedBench, TaskData, prepare_task
 from headprune_bench.benchmark.cells.levels import ScorePass
 from headprune_bench.benchmark.cells.work import (
@@ -27,7 +27,7 @@ from headprune_bench.benchmark.cells.work import (
 from headprune_bench.benchmark.config.presets import ConfigError, Experiment, check_levels
 from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - re-exported for callers
 from headprune_bench.benchmark.execution.resolve import resolve_execution
-from headprune_bench.benchmark.execution.stopping import StopRequest, starts_after_stop, stop_between_cells
+from headprune_bench.benchmark.execution.stopping import Running, StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
 from headprune_bench.benchmark.store.claims import Claims
@@ -141,6 +141,7 @@ class Runner:
         self.stop = StopRequest()  # replaced by run()'s, which the first SIGINT sets
         self.not_run = 0
         self.limit: TimeLimit | None = None  # run()'s, with --time-limit
+        self.times: MachineTimes | None = None  # run()'s estimates (the limit's, if any), for what a stop says
         self.tokenizer = None  # loaded by the first task_data()
         # the last prune step, reused by the prune+recover cell of the same (task, seed, method, level)
         self._pruned: dict[tuple[str, int, str, str], PruneState] = {}
@@ -241,9 +242,10 @@ class Runner:
         if self.cfg.time_limit_s is not None:
             self.limit = TimeLimit.starting_now(self.cfg.time_limit_s, self.folder_times())
             log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)
+        self.times = self.limit.times if self.limit is not None else self.folder_times()
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
         try:
-            with stop_between_cells() as self.stop:
+            with stop_between_cells(stops_bases=not self.cfg.wait_for_base) as self.stop:
                 if self.execution.parallel:
                     from headprune_bench.benchmark.execution.ray.driver import run_on_ray
 
@@ -299,7 +301,15 @@ class Runner:
             if refusal is not None:  # its fine-tune would not finish in time: so would none of its cells
                 log.info("base model of %s seed %d not trained: %s", spec.name, seed, refusal)
                 return
-        bench = self.work.seed_bench(data, seed, self._base_model(data, seed), self.tokenizer)
+        try:
+            base = self._base_model(data, seed)
+        except training.TrainingStopped as stopped:
+            message = (f"base model of {spec.name} seed {seed}: stopped on request after step {stopped.steps} of "
+                       f"{stopped.total_steps}, not saved (the next run fine-tunes it again)")
+            tqdm.write(f"bench run: {message}", file=sys.stderr)
+            log.warning("%s", message)
+            return
+        bench = self.work.seed_bench(data, seed, base, self.tokenizer)
         original_key = self._key(spec.name, seed, ORIGINAL, PRUNE_ONLY)
         resumed = self.store.get(original_key) is not None  # its cells check the base model against that record
         self._passes = {}
@@ -342,7 +352,11 @@ class Runner:
                 bar.update(1)
                 return
             inputs = self._cell_inputs(bench, method, condition, level)
-            bar.set_description(f"{spec.name} s{seed} {method} {condition}")
+            label = " ".join(str(part) for part in (spec.name, f"s{seed}", method, level, condition) if part)
+            bar.set_description(label)
+            scored = self.work.score_pass(method, inputs[3]) is not None
+            prunes = will_prune(method, condition, *inputs[1:3], scored=scored)
+            self.stop.running[key] = Running(label, self.times.cell(spec.name, method, condition, prunes))
             try:
                 record = self._run_cell(bench, method, condition, inputs, level)
             except Exception as exc:  # noqa: BLE001 - a failed cell must not lose the others
@@ -353,10 +367,10 @@ class Runner:
                 self.store.add(record)
                 warn_other_base(record, self.warned_bases)
                 todo.discard(key)
-                if self.limit is not None:  # the next seeds' cells are estimated from it
-                    self.limit.times.add_record(record.to_dict())
+                self.times.add_record(record.to_dict())  # the next seeds' cells are estimated from it
             bar.update(1)
         finally:
+            self.stop.running.pop(key, None)
             self.claims.release(key)
 
     def _cell_inputs(self, bench: SeedBench, method: str, condition: str, level: str | None = None):
@@ -437,11 +451,17 @@ class Runner:
         with open(self.base_lock(data.spec.name, seed), "a+b") as lock, file_lock(lock.fileno()):
             if (folder / "config.json").exists():
                 return self.work.load_base(folder)
-            model, info = self.work.train_base(data, seed, self.tokenizer)
+            key = f"base|{data.spec.name}|{seed}"
+            self.stop.running[key] = Running(f"base fine-tune of {data.spec.name} seed {seed}",
+                                             self.times.base_estimate(data.spec.name), base=True)
+            try:
+                model, info = self.work.train_base(data, seed, self.tokenizer,
+                                                   should_stop=lambda: self.stop.stops_base_now)
+            finally:
+                self.stop.running.pop(key, None)
             save_base_model(model, self.tokenizer, folder, info)
             log.info("base model %s trained in %.0f s", folder, info["wall_s"])
-            if self.limit is not None:
-                self.limit.times.add_base(data.spec.name, info)
+            self.times.add_base(data.spec.name, info)
             return model
 
     def close(self) -> None:

@@ -84,6 +84,24 @@ def test_early_stopping_restores_the_best_state(wnli, tokenizer):
         training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=0, progress=False)
 
 
+def test_should_stop_ends_the_fine_tune_after_the_step_it_returns_true(wnli, tokenizer):
+    """Asked after every step (5 per epoch here); True after the third ends training there, before a fourth."""
+    spec, data = wnli
+    asked = []
+
+    def should_stop():
+        asked.append(len(asked) + 1)
+        return len(asked) == 3
+
+    cfg = training.TrainConfig(lr=1e-3, batch_size=8, epochs=2)
+    with pytest.raises(training.TrainingStopped, match="after step 3 of 10") as stopped:
+        training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=0, progress=False, should_stop=should_stop)
+    assert (stopped.value.steps, stopped.value.total_steps) == (3, 10) and asked == [1, 2, 3]
+    model, info = training.fine_tune(_tiny(), data, tokenizer, CPU, cfg, seed=0, progress=False,
+                                     should_stop=lambda: False)
+    assert info["steps"] == 10
+
+
 def test_evaluate_returns_all_metrics_and_predictions_in_order(glue_dir, tokenizer):
     """Batching by length must not reorder predictions: batched (padded) and one-at-a-time predictions agree.
 

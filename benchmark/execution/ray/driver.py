@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from tqdm.auto import tqdm
+
 from headprune_bench.benchmark.cells.work import CellWork, prunes_again, warn_other_base
 from headprune_bench.benchmark.execution.ray.tasks import Outcome, remote_functions
 from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpack
 from headprune_bench.benchmark.execution.resolve import Execution
-from headprune_bench.benchmark.execution.stopping import StopRequest
+from headprune_bench.benchmark.execution.stopping import Running, StopRequest
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.jsonl import RecordStore
@@ -179,7 +182,7 @@ class _Driver:
             if self.runner.stop.requested and not stopping:  # the first Ctrl-C: no task starts after this (but
                 # the own-fine-tuning cells of prune steps computed here: stopping.starts_after_stop)
                 stopping = True
-                self.ray.get(self.board.stop.remote())
+                self.ray.get(self.board.stop.remote(self.runner.stop.stops_bases))
                 next_group = len(self.groups)
                 self.queue = [q for q in self.queue if q.condition == OWN and self._reused(q)]
                 self.base_queue = []
@@ -257,10 +260,14 @@ class _Driver:
     def _rank(self, q: _Queued) -> tuple:
         """Dispatch order (smallest first): cells reusing a prune step of this run, then the longest expected
         (unknown counts as longest), then the plan's order (module docstring)."""
+        estimate = self._estimate(q)
+        return (not (self._reused(q) or q.pass_key is not None), -(math.inf if estimate is None else estimate), q.order)
+
+    def _estimate(self, q: _Queued) -> float | None:
+        """``q``'s expected seconds from the folder's and this run's times, or None."""
         reused = self._reused(q) or q.pass_key is not None
         prunes = prunes_again(q.method, q.condition, reused, self.runner.store.get(q.prune_key) is not None)
-        estimate = self.times.cell(q.task, q.method, q.condition, prunes)
-        return (not reused, -(math.inf if estimate is None else estimate), q.order)
+        return self.times.cell(q.task, q.method, q.condition, prunes)
 
     def _dispatch(self) -> None:
         """Submit the queued base fine-tunes, then the best ready cells, while fewer tasks than slots are running
@@ -269,6 +276,8 @@ class _Driver:
             task, seed, data_ref = self.base_queue.pop(0)
             ref = self.base_fn.remote(self.work, data_ref, seed, self.ex.threads_per_cell, self.board)
             self.pending[ref] = _Pending("base", task, seed, key=f"base|{task}|{seed}")
+            self.runner.stop.running[f"base|{task}|{seed}"] = Running(f"base fine-tune of {task} seed {seed}",
+                                                                     self.times.base_estimate(task), base=True)
         while len(self.pending) < self.slots:
             ready = [q for q in self.queue
                      if (q.task, q.seed) in self.bases and not any(k in self.coming for k in q.needs)]
@@ -315,6 +324,8 @@ class _Driver:
                                                  stored_prune, self.ex.threads_per_cell, self.board, level, scores)
         self.pending[out_ref] = _Pending("cell", q.task, q.seed, q.method, q.condition, q.key)
         self.outputs[q.key] = (out_ref, state_ref)  # read by its dependents once it returns
+        self.runner.stop.running[q.key] = Running(" ".join(str(p) for p in (q.task, f"s{q.seed}", q.method, level,
+                                                                            q.condition) if p), self._estimate(q))
 
     # ------------------------------------------------------------------ collecting
 
@@ -325,6 +336,7 @@ class _Driver:
             value = self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:  # the worker died, or an input of this task failed
             value = Outcome(pending.key, error=_ray_error(exc), trace=str(exc))
+        self.runner.stop.running.pop(pending.key, None)
         if pending.kind == "base":
             self._save_base(pending, value)
             self.bases[(pending.task, pending.seed)] = ref  # its cells can start (and fail with its error)
@@ -366,9 +378,11 @@ class _Driver:
     def _save_base(self, pending: _Pending, value) -> None:
         """Save a base model that a worker trained (under the (task, seed)'s lock; kept if another process saved
         it first). A failed base fine-tune is logged; its cells fail with its error."""
-        if isinstance(value, Outcome):  # not started (a stop, or the time limit: it says which), or failed
+        if isinstance(value, Outcome):  # not started or stopped (a stop, or the time limit: it says which), or failed
             for level, message in value.logs:
                 log.log(level, "%s", message)
+                if level >= logging.WARNING:  # a base fine-tune a stop ended
+                    tqdm.write(f"bench run: {message}", file=sys.stderr)
             if not value.skipped:
                 log.error("base model of %s seed %d failed: %s", pending.task, pending.seed, value.error)
             return

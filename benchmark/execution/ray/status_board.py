@@ -15,6 +15,7 @@ class StatusBoard:
     def __init__(self, limit=None) -> None:
         self.running: dict[str, str] = {}
         self.stopping = False
+        self.stop_bases = True
         self.limit = limit
 
     def refusal(self, key: str, where: str, after_stop: bool = False, cell: tuple | None = None) -> str | None:
@@ -31,9 +32,15 @@ class StatusBoard:
         self.running[key] = where
         return None
 
-    def stop(self) -> None:
-        """No task starts from now on, except those that may start after a stop."""
+    def stop(self, bases: bool = True) -> None:
+        """No task starts from now on, except those that may start after a stop; ``bases``: running base
+        fine-tunes end at their next step (:meth:`stops_base`)."""
         self.stopping = True
+        self.stop_bases = bases
+
+    def stops_base(self) -> bool:
+        """Whether a running base fine-tune should end now (a stop without ``--wait-for-base``)."""
+        return self.stopping and self.stop_bases
 
     def learn(self, what: str, *args) -> None:
         """Add a finished record or base fine-tune to the limit's estimates (``add_record`` or ``add_base`` of its

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import logging
 import os
+import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from headprune_bench.benchmark.execution.ray.status_board import StatusBoard
 from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpack
 from headprune_bench.benchmark.execution.stopping import starts_after_stop
 from headprune_bench.benchmark.store.records import Record
+from headprune_bench.benchmark.training import TrainingStopped
 
 log = logging.getLogger("benchmark")
 
@@ -113,7 +115,8 @@ def _on_worker(work):
 
 def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[str, Any]]:
     """Ray task: fine-tune the base model of (``data``'s task, ``seed``); returns it on the CPU with its
-    ``train_info``; a skipped :class:`Outcome` saying why when a stop or the time limit kept it from starting. Raises
+    ``train_info``; a skipped :class:`Outcome` saying why when a stop or the time limit kept it from starting, or a
+    stop ended it (at a step, unless ``--wait-for-base``). Raises
     what fine-tuning raises (its cells then fail with that error)."""
     import torch
 
@@ -124,8 +127,29 @@ def _base_task(work, data, seed: int, threads: int, board) -> tuple[Any, dict[st
         return Outcome(key, skipped=True, logs=[(logging.INFO, message)])
     torch.set_num_threads(threads)
     work = _on_worker(work)
-    model, info = work.train_base(data, seed, _tokenizer(work.cfg.model))
+    try:
+        model, info = work.train_base(data, seed, _tokenizer(work.cfg.model), should_stop=_asker(board))
+    except TrainingStopped as stopped:
+        message = (f"base model of {data.spec.name} seed {seed}: stopped on request after step {stopped.steps} of "
+                   f"{stopped.total_steps}, not saved (the next run fine-tunes it again)")
+        return Outcome(key, skipped=True, logs=[(logging.WARNING, message)])
     return ModelParcel.pack(model), info
+
+
+def _asker(board, every_s: float = 2.0):
+    """``should_stop`` of a base fine-tune on a worker: asks the board (:meth:`StatusBoard.stops_base`) at most
+    every ``every_s`` seconds, so a step does not wait on the driver."""
+    import ray
+
+    last = [time.monotonic()]
+
+    def should_stop() -> bool:
+        if time.monotonic() - last[0] < every_s:
+            return False
+        last[0] = time.monotonic()
+        return bool(ray.get(board.stops_base.remote()))
+
+    return should_stop
 
 
 def _cell_task(work, data, seed: int, key: str, method: str, condition: str, base, setter, original, reuse,

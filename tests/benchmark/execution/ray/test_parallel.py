@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -392,6 +393,9 @@ def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_only_own_weights_
     assert waiting >= 1
     assert len(records) + waiting == len(json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["cells"])
     assert not (out / "report").exists()
+    log = (out / "run.log").read_text()  # what the Ctrl-C said: the running cell, for how long, and its fate
+    assert re.search(r"running now:\n(  .*\n)*  wnli s0 test-requests-stop heads:10 prune-only: running for \d+ s, no "
+                     r"time recorded for it yet; it finishes and is written\n", log), log
 
     pid_file.write_text("not a pid")  # int() raises: the rerun's cell would fail if it pruned again
     again = _bench([*args, "--no-report"])
@@ -400,6 +404,20 @@ def test_the_first_ctrl_c_lets_running_cells_finish_and_starts_only_own_weights_
     assert ("test-requests-stop", "prune+recover") in rerun
     assert rerun[("test-requests-stop", "own-fine-tuning")] == own  # not computed again
     assert json.loads((out / "runs.jsonl").read_text().splitlines()[-1])["to_do"] == waiting
+
+
+def test_a_base_fine_tune_on_a_worker_asks_the_board_whether_a_stop_ends_it(ray_address):
+    """On Ray the first Ctrl-C reaches the driver only: a worker's base fine-tune asks the status board after its
+    steps (at most every ``every_s``) and stops unless the run was started with --wait-for-base."""
+    from headprune_bench.benchmark.execution.ray.tasks import _asker, remote_functions
+
+    board = remote_functions()[2].remote(None)
+    ask, seldom = _asker(board, every_s=0.0), _asker(board, every_s=3600.0)
+    assert not ask()
+    ray.get(board.stop.remote(False))  # --wait-for-base
+    assert not ask()
+    ray.get(board.stop.remote(True))
+    assert ask() and not seldom()  # (within its first hour, it has not asked)
 
 
 # serial: -m slow (CI time)
