@@ -101,9 +101,10 @@ def list_cmd() -> None:
               help="With --budget matched:METHOD, also match METHOD's per-layer counts (used by random).")
 @click.option("--option", "options", multiple=True, metavar="METHOD.OPTION=VALUE",
               help="A method option, e.g. --option michel.mode=iterative (repeatable).")
-@click.option("--workers", type=int, default=None,
-              help="Run N cells at a time on a local Ray started in-process (needs the 'ray' extra). "
-                   "Default: one cell at a time in this process.")
+@click.option("--workers", default="auto", show_default=True, envvar="BENCH_WORKERS", metavar="auto|N|0",
+              help="Run N cells at a time on a local Ray started in-process (the 'ray' extra). auto: one cell per "
+                   "CPU core with one thread each when Ray is installed and no GPU is used, else one at a time; 0: "
+                   "one cell at a time in this process. Environment: BENCH_WORKERS.")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="Run cells on an existing Ray cluster (host:port, ray://host:port, or 'auto' for $RAY_ADDRESS).")
 @click.option("--threads-per-cell", type=int, default=None,

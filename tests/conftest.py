@@ -8,6 +8,9 @@ import pytest
 import torch
 from repo_paths import GLUE_ROOT
 
+# `bench run` defaults to --workers auto (Ray, one cell per core); the tests' runs are serial unless they ask for Ray.
+os.environ["BENCH_WORKERS"] = "0"
+
 
 def pytest_configure(config) -> None:
     """Under pytest-xdist (``-n N``), each of the N test processes gets its share of the cores as torch threads:

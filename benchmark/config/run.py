@@ -57,6 +57,8 @@ class RunConfig:
         precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward passes of every fine-tune and
             evaluation; :func:`benchmark.training.autocast`). Part of the experiment: folders never mix them.
         workers: run cells on a local Ray, this many at a time (None: serial; :mod:`benchmark.execution.resolve`).
+        auto_workers: ``--workers auto`` (the CLI's default): one cell per CPU core on a local Ray where that is
+            possible, else serial (``execution.resolve.auto_workers`` says which and why).
         ray_address: run cells on the Ray cluster at this address (``auto``: ``RAY_ADDRESS``), or None.
         threads_per_cell: CPU threads (and Ray CPUs) of one cell on Ray; None: the default of
             :func:`headprune_bench.benchmark.execution.resolve.resolve_execution`.
@@ -83,6 +85,7 @@ class RunConfig:
     progress: bool = True
     precision: str = "fp32"
     workers: int | None = None
+    auto_workers: bool = False
     ray_address: str | None = None
     threads_per_cell: int | None = None
     gpus_per_cell: float | None = None
@@ -113,14 +116,15 @@ RAY_MISSING = ("Ray is not installed; --workers and --ray-address run cells on R
 def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_spec: str, seeds: str | None,
                     model: str | None, budget: str | None, device: str, data_dir: str | None, recover: bool,
                     match_per_layer: bool = False, method_options: dict[str, dict[str, Any]] | None = None,
-                    progress: bool = True, precision: str = "fp32", workers: int | None = None,
+                    progress: bool = True, precision: str = "fp32", workers: int | str | None = None,
                     ray_address: str | None = None, threads_per_cell: int | None = None,
                     gpus_per_cell: float | None = None, min_heads_per_layer: int = 0,
                     time_limit: str | None = None, wait_for_base: bool = False) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
-    preset's. ``workers`` / ``ray_address`` / ``threads_per_cell`` / ``gpus_per_cell``: see :func:`check_execution`.
+    preset's. ``workers``: a number, ``"auto"`` or ``"0"`` / None (serial; :func:`parse_workers`). ``workers`` /
+    ``ray_address`` / ``threads_per_cell`` / ``gpus_per_cell``: see :func:`check_execution`.
     ``budget``: ``--budget``'s text (:func:`~headprune_bench.benchmark.config.presets.parse_budgets`), None: the
     preset's. ``time_limit``: ``--time-limit``'s text
     (:func:`~headprune_bench.benchmark.config.presets.parse_duration`), or None.
@@ -130,7 +134,9 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     """
     p = get_preset(preset)
     time_limit_s = None if time_limit is None else parse_duration(time_limit)
-    check_execution(workers, ray_address, threads_per_cell, gpus_per_cell)
+    workers, auto_workers = parse_workers(workers)
+    auto_workers = auto_workers and ray_address is None  # a cluster decides how many cells run at once
+    check_execution(workers, ray_address, threads_per_cell, gpus_per_cell, auto=auto_workers)
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     names = _method_names(methods_spec)
@@ -150,16 +156,35 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                      data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
                      min_heads_per_layer=min_heads_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
-                     precision=precision, workers=workers, ray_address=ray_address,
+                     precision=precision, workers=workers, auto_workers=auto_workers, ray_address=ray_address,
                      threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell, time_limit_s=time_limit_s,
                      wait_for_base=wait_for_base)
 
 
+def parse_workers(value: int | str | None) -> tuple[int | None, bool]:
+    """``--workers``: ``auto`` -> ``(None, True)``; ``0`` or None -> ``(None, False)``, one cell at a time in this
+    process; ``N`` -> ``(N, False)``, N cells at a time on a local Ray.
+
+    Raises:
+        ConfigError: anything else (ASCII digits only), naming the option.
+    """
+    if value is None:
+        return None, False
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None, True
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(f"--workers {value}: expected auto (one cell per CPU core on a local Ray), 0 (one cell at a "
+                          f"time in this process) or a number of cells at a time")
+    return (int(text) or None), False
+
+
 def check_execution(workers: int | None, ray_address: str | None, threads_per_cell: int | None,
-                    gpus_per_cell: float | None) -> None:
+                    gpus_per_cell: float | None, auto: bool = False) -> None:
     """Check the Ray options before anything loads: ``workers`` >= 1, not together with ``ray_address`` (a
     cluster's CPUs and GPUs decide how many cells run at once), ``threads_per_cell`` >= 1, ``gpus_per_cell`` in
-    [0, 1] or a whole number (Ray's fractional GPUs), the last two only on Ray, and Ray importable.
+    [0, 1] or a whole number (Ray's fractional GPUs), the last two only on Ray (or with ``auto``, ``--workers
+    auto``), and Ray importable where it is asked for.
 
     Raises:
         ConfigError: naming the option; :data:`RAY_MISSING` when Ray is asked for and not installed.
@@ -173,7 +198,7 @@ def check_execution(workers: int | None, ray_address: str | None, threads_per_ce
                           "once (each cell takes --threads-per-cell CPUs and --gpus-per-cell GPUs); drop --workers")
     on_ray = workers is not None or ray_address is not None
     for name, value in (("--threads-per-cell", threads_per_cell), ("--gpus-per-cell", gpus_per_cell)):
-        if value is not None and not on_ray:
+        if value is not None and not (on_ray or auto):
             raise ConfigError(f"{name} applies to cells on Ray: add --workers N or --ray-address ADDR")
     if threads_per_cell is not None and threads_per_cell < 1:
         raise ConfigError(f"--threads-per-cell {threads_per_cell}: expected >= 1")

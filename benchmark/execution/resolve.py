@@ -1,7 +1,10 @@
-"""How a run's cells execute: serially (the default) or on Ray (``--workers N``, ``--ray-address ADDR``), with CPU
-threads and a GPU fraction per cell. See docs/choices.md ("Execution options")."""
+"""How a run's cells execute: serially or on Ray (``--workers N``, ``--ray-address ADDR``; the CLI's ``--workers
+auto``: one cell per CPU core where Ray is installed), with CPU threads and a GPU fraction per cell. See
+docs/choices.md ("Execution options")."""
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +27,7 @@ class Execution:
         threads_per_cell: torch CPU threads of one cell (Ray: the CPUs a cell reserves).
         gpus_per_cell: the share of a GPU one cell reserves (Ray's fractional GPUs; 0: cells run on CPU).
         device: where cells run; on Ray ``cuda`` (the GPU Ray assigns) or ``cpu``.
+        note: why ``--workers auto`` chose what it chose, when that is worth a line ("" otherwise).
     """
 
     workers: int | None
@@ -31,6 +35,7 @@ class Execution:
     threads_per_cell: int
     gpus_per_cell: float
     device: torch.device
+    note: str = ""
 
     @property
     def parallel(self) -> bool:
@@ -53,14 +58,38 @@ class Execution:
     def summary(self) -> str:
         """One line for the log and the console."""
         if not self.parallel:
-            return "serial"
+            return f"serial ({self.note})" if self.note else "serial"
         where = f"{self.workers} local workers" if self.workers is not None else f"Ray cluster {self.address}"
         gpu = f", {self.gpus_per_cell:g} GPU" if self.gpus_per_cell else ""
-        return f"Ray: {where}, {self.threads_per_cell} thread(s){gpu} per cell"
+        note = f" ({self.note})" if self.note else ""
+        return f"Ray: {where}, {self.threads_per_cell} thread(s){gpu} per cell{note}"
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(cfg: RunConfig) -> tuple[int | None, str]:
+    """What ``--workers auto`` runs: ``(N, note)``, one cell per CPU core (``cores // --threads-per-cell``) on a
+    local Ray, or ``(None, why)``, serial: a GPU the cells would use is visible (packing several cells on it is an
+    explicit ``--workers N``), Ray is not installed (the note says how to install it), or one core only."""
+    if cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available()):
+        return None, "a GPU is visible: one cell at a time on it; --workers N shares it among N cells"
+    if importlib.util.find_spec("ray") is None:
+        return None, "Ray is not installed; pip install -e '.[ray]' runs one cell per CPU core"
+    workers = cpu_cores() // (cfg.threads_per_cell or 1)
+    if workers < 2:
+        return None, "one CPU core for one cell at a time"
+    return workers, "--workers auto: one cell per CPU core"
 
 
 def resolve_execution(cfg: RunConfig) -> Execution:
-    """The :class:`Execution` of ``cfg``: serial unless ``cfg.workers`` or ``cfg.ray_address`` is set.
+    """The :class:`Execution` of ``cfg``: serial unless ``cfg.workers`` or ``cfg.ray_address`` is set, or
+    ``cfg.auto_workers`` finds cores for several cells (:func:`auto_workers`).
 
     On Ray, ``threads_per_cell`` defaults to 1 when several cells share the machine, else to the CPU count;
     ``gpus_per_cell`` defaults to ``min(1, GPUs / N)`` for N local workers with a visible GPU and ``--device
@@ -71,8 +100,15 @@ def resolve_execution(cfg: RunConfig) -> Execution:
             share for local workers without a visible GPU, or ``--device cuda`` without one on a cluster.
         ValueError: ``--device`` names an unknown device or CUDA is missing (serial runs).
     """
+    note = ""
+    if cfg.auto_workers and not cfg.ray_address:
+        workers, note = auto_workers(cfg)
+        cfg = dataclasses.replace(cfg, workers=workers)
     if not cfg.workers and not cfg.ray_address:
-        return Execution(None, None, torch.get_num_threads(), 0.0, models.resolve_device(cfg.device))
+        if cfg.threads_per_cell is not None or cfg.gpus_per_cell is not None:
+            raise ConfigError(f"--threads-per-cell and --gpus-per-cell apply to cells on Ray, and this run is serial "
+                              f"({note})")
+        return Execution(None, None, torch.get_num_threads(), 0.0, models.resolve_device(cfg.device), note)
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--device {cfg.device}: on Ray, Ray assigns each cell its GPU; use --device auto or cuda "
                           f"with --gpus-per-cell")
@@ -90,4 +126,5 @@ def resolve_execution(cfg: RunConfig) -> Execution:
         raise ConfigError("--device cuda on Ray needs --gpus-per-cell G (the share of a GPU each cell reserves, "
                           "e.g. 0.25 runs four cells on one GPU)")
     threads = cfg.threads_per_cell or (1 if cfg.ray_address or cfg.workers > 1 else (os.cpu_count() or 1))
-    return Execution(cfg.workers, cfg.ray_address, threads, float(gpus), torch.device("cuda" if gpus > 0 else "cpu"))
+    return Execution(cfg.workers, cfg.ray_address, threads, float(gpus), torch.device("cuda" if gpus > 0 else "cpu"),
+                     note)

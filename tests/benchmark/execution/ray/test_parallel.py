@@ -261,7 +261,9 @@ def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, seri
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(workers=0), "--workers 0: expected a number of cells at a time >= 1"),
+    (dict(workers=-1), "--workers -1: expected auto (one cell per CPU core on a local Ray), 0 (one cell at a time"),
+    (dict(workers="\u0663"), "--workers \u0663: expected auto"),
+    (dict(workers="all"), "--workers all: expected auto"),
     (dict(workers=2, ray_address="auto"), "--workers with --ray-address"),
     (dict(ray_address=" "), "--ray-address '': expected a Ray address"),
     (dict(threads_per_cell=2), "--threads-per-cell applies to cells on Ray: add --workers N or --ray-address"),
@@ -280,6 +282,50 @@ def test_ray_options_are_checked_before_anything_loads(kwargs, message, tmp_path
         smoke_config(tmp_path / "run", glue_dir, **kwargs)
     assert message in str(err.value)
     assert not (tmp_path / "run").exists() and time.time() - start < 10
+
+
+def test_workers_auto_is_one_cell_per_core_on_ray_else_serial_saying_why(monkeypatch, tmp_path, glue_dir):
+    """Issue 41, item 5: `bench run` without --workers ran one cell at a time on a 2-core machine."""
+    from headprune_bench.benchmark.execution import resolve
+
+    monkeypatch.setattr(resolve, "cpu_cores", lambda: 4)
+    auto = resolve_execution(smoke_config(tmp_path, glue_dir, workers="auto"))
+    assert (auto.workers, auto.threads_per_cell, auto.device.type) == (4, 1, "cpu")
+    assert auto.summary() == "Ray: 4 local workers, 1 thread(s) per cell (--workers auto: one cell per CPU core)"
+    two = resolve_execution(smoke_config(tmp_path, glue_dir, workers="auto", threads_per_cell=2))
+    assert (two.workers, two.threads_per_cell) == (2, 2)
+    for serial in ("0", 0, None):
+        assert not resolve_execution(smoke_config(tmp_path, glue_dir, workers=serial)).parallel
+    cluster = smoke_config(tmp_path, glue_dir, workers="auto", ray_address="auto")  # a cluster decides
+    assert (cluster.workers, cluster.auto_workers) == (None, False)
+    monkeypatch.setattr(resolve, "cpu_cores", lambda: 1)
+    assert resolve_execution(smoke_config(tmp_path, glue_dir, workers="auto")).summary() == (
+        "serial (one CPU core for one cell at a time)")
+    monkeypatch.setattr(resolve, "cpu_cores", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = resolve_execution(smoke_config(tmp_path, glue_dir, workers="auto", device="auto"))
+    assert not gpu.parallel and "a GPU is visible" in gpu.summary()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    real = __import__("importlib").util.find_spec
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    no_ray = resolve_execution(smoke_config(tmp_path, glue_dir, workers="auto"))
+    assert no_ray.summary() == "serial (Ray is not installed; pip install -e '.[ray]' runs one cell per CPU core)"
+    with pytest.raises(ConfigError, match="--threads-per-cell and --gpus-per-cell apply to cells on Ray, and this "
+                                          "run is serial \\(Ray is not installed"):
+        resolve_execution(smoke_config(tmp_path, glue_dir, workers="auto", threads_per_cell=1))
+
+
+def test_bench_run_defaults_to_workers_auto(ray_address, monkeypatch, tmp_path, glue_dir):
+    """The CLI's default (the tests' conftest sets BENCH_WORKERS=0, so their runs stay serial)."""
+    from headprune_bench.benchmark.execution import resolve
+
+    monkeypatch.delenv("BENCH_WORKERS")
+    monkeypatch.setattr(resolve, "cpu_cores", lambda: 2)
+    res = _bench(["--preset", "smoke", "--methods", "random", "--tasks", "wnli", "--no-recover", "--no-progress",
+                  "--no-report", "--data-dir", str(glue_dir), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    assert "| Ray: 2 local workers, 1 thread(s) per cell (--workers auto: one cell per CPU core)" in res.output
+    assert len(RecordStore(tmp_path / "run").records()) == 2
 
 
 def test_workers_without_ray_say_what_to_install(monkeypatch, tmp_path, glue_dir):
