@@ -119,13 +119,15 @@ def list_cmd() -> None:
 @click.option("--wait-for-base", is_flag=True, default=False,
               help="On the first Ctrl-C, let a running base fine-tune finish and be saved. Default: it stops at its "
                    "next training step (cheap to redo), as no cell starts after a Ctrl-C.")
+@click.option("--dry-run", is_flag=True, default=False,
+              help="Print the cells to do, each with its expected time, and the total; run and write nothing.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
             min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell,
-            time_limit, wait_for_base, progress, report, plots) -> None:
+            time_limit, wait_for_base, dry_run, progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from headprune_bench.benchmark.run.runner import Runner, make_run_config
 
@@ -139,13 +141,18 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                               wait_for_base=wait_for_base)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
-        runner = Runner(cfg)
+        runner = Runner(cfg, dry_run=dry_run)
     except (ConfigError, tasks.DataError, methods.UnknownMethodError, methods.OptionError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     start = time.time()
     click.echo(f"bench run -> {cfg.out} | model {cfg.model} | device {runner.device} | tasks {','.join(cfg.tasks)} "
                f"| seeds {cfg.seeds} | methods {','.join(runner.method_names)} | budget {runner.budget_label} "
                f"| precision {cfg.precision} | {runner.execution.summary()}")
+    if dry_run:
+        from headprune_bench.benchmark.run.plan import dry_run_lines
+
+        click.echo("\n".join(dry_run_lines(runner)))
+        return
     try:
         with plain_warnings():  # a method's or the report's warning as one line, not Python's form
             runner.run()

@@ -22,6 +22,27 @@ def _key(*parts: Any) -> str:
     return "|".join(str(p) for p in parts)
 
 
+def cost_parts(record: dict[str, Any], own_steps: dict[str, float | None]) -> tuple[bool, float, float]:
+    """``(pruned, prune step s, rest s)`` of a record: whether the cell ran its prune step (a prune-only cell's
+    step is noted in ``own_steps``, so that a later cell that copied its time is recognised as reusing it), that
+    step's seconds, and the cell's other seconds."""
+    cost = record.get("cost") or {}
+    wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
+    step_key = _key(record["task"], record["seed"], record["method"], (record.get("budget") or {}).get("spec"))
+    if record["condition"] == PRUNE_ONLY:
+        own_steps[step_key] = cost.get("prune_wall_s")
+    own_step = own_steps.get(step_key)
+    if record["method"] == ORIGINAL:  # the unpruned model: no prune step
+        pruned = False
+    elif record["condition"] == PRUNE_ONLY:  # it pruned (random's step may round to 0.0 s: still known)
+        pruned = True
+    elif own_step is None:
+        pruned = wall >= prune
+    else:  # the prune-only cell's time copied: its prune step reused
+        pruned = prune != own_step
+    return pruned, prune, wall - prune if pruned else wall
+
+
 @dataclass
 class CellTimes:
     """The longest wall times (s) of a run folder's finished work, by what they were (docs/choices.md).
@@ -54,25 +75,11 @@ class CellTimes:
     def add_record(self, record: dict[str, Any]) -> None:
         """Learn a finished cell's times (a record as ``records.jsonl`` stores it). A cell that reuses a prune
         step is recognised only when its prune-only record was added before it (as a run finishes them)."""
-        cost = record.get("cost") or {}
-        wall, prune = float(cost.get("wall_s") or 0.0), float(cost.get("prune_wall_s") or 0.0)
-        step_key = _key(record["task"], record["seed"], record["method"], (record.get("budget") or {}).get("spec"))
-        if record["condition"] == PRUNE_ONLY:
-            self.own_steps[step_key] = cost.get("prune_wall_s")
-        own_step = self.own_steps.get(step_key)
-        if record["method"] == ORIGINAL:  # the unpruned model: no prune step
-            pruned = False
-        elif record["condition"] == PRUNE_ONLY:  # it pruned (random's step may round to 0.0 s: still known)
-            pruned = True
-        elif own_step is None:
-            pruned = wall >= prune
-        else:  # the prune-only cell's time copied: its prune step reused
-            pruned = prune != own_step
+        pruned, prune, rest = cost_parts(record, self.own_steps)
         if pruned:
             self._keep(self.prune, _key(record["task"], record["method"]), prune)
-        self._keep(self.rest, _key(record["task"], record["method"], record["condition"]),
-                   wall - prune if pruned else wall)
-        self.longest = max(self.longest, wall)
+        self._keep(self.rest, _key(record["task"], record["method"], record["condition"]), rest)
+        self.longest = max(self.longest, float((record.get("cost") or {}).get("wall_s") or 0.0))
 
     def add_base(self, task: str, info: dict[str, Any]) -> None:
         """Learn a base fine-tune's time from its ``train_info`` (``wall_s``; ``examples``, the train split's size).

@@ -26,10 +26,12 @@ from headprune_bench.benchmark.cells.work import (
 )
 from headprune_bench.benchmark.config.presets import ConfigError, Experiment, check_levels
 from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - re-exported for callers
+from headprune_bench.benchmark.execution.eta import Eta
 from headprune_bench.benchmark.execution.resolve import resolve_execution
 from headprune_bench.benchmark.execution.stopping import Running, StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
+from headprune_bench.benchmark.run.plan import make_eta
 from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.folder import BASE_DIR, check_run_json, save_base_model
 from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, file_lock
@@ -83,7 +85,7 @@ class Runner:
         OSError: the model or the folder cannot be read or written.
     """
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, dry_run: bool = False) -> None:
         self.cfg = config
         self.out = Path(config.out)
         self.execution = resolve_execution(config)  # serial, or on Ray; the device cells run on
@@ -105,8 +107,10 @@ class Runner:
                 pruner.check_setup(model_config.num_hidden_layers, model_config.num_attention_heads,
                                    None if pruner.own_budget or not pruner.needs_target else target, model_config)
         quiet_libraries()
-        self.out.mkdir(parents=True, exist_ok=True)  # only now: a refused configuration leaves no empty folder
-        self._setup_logging()
+        self._handler = None
+        if not dry_run:  # (--dry-run reads the folder, if any, and writes nothing)
+            self.out.mkdir(parents=True, exist_ok=True)  # only now: a refused configuration leaves no empty folder
+            self._setup_logging()
         self.experiment = Experiment(
             model=config.model,
             model_revision=models.model_revision(config.model),
@@ -123,8 +127,8 @@ class Runner:
             extra={"precision": config.precision} if config.precision != "fp32" else {},
         )
         self.budget_label = ",".join(config.level_labels)
-        self.config_hash = check_run_json(self.out, self.experiment)
-        self.store = RecordStore(self.out)
+        self.config_hash = check_run_json(self.out, self.experiment, write=not dry_run)
+        self.store = RecordStore(self.out, read_only=dry_run)
         self.claims = Claims(self.out)  # the cells this process computes now (two runs into one folder share)
         self.left_to_others: set[str] = set()  # cells another run was computing when this one came to them (Ray)
         for broken in self.store.rejected:
@@ -142,6 +146,7 @@ class Runner:
         self.not_run = 0
         self.limit: TimeLimit | None = None  # run()'s, with --time-limit
         self.times: MachineTimes | None = None  # run()'s estimates (the limit's, if any), for what a stop says
+        self.eta: Eta | None = None  # run()'s expected time of the work left, for the progress line
         self.tokenizer = None  # loaded by the first task_data()
         # the last prune step, reused by the prune+recover cell of the same (task, seed, method, level)
         self._pruned: dict[tuple[str, int, str, str], PruneState] = {}
@@ -238,12 +243,16 @@ class Runner:
                              "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})
         log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
                  self.execution.summary())
-        tqdm.write(f"bench run: {len(keys)} cells planned, {len(todo)} to do", file=sys.stderr)
+        self.eta = make_eta(self, planned, todo)
+        tqdm.write(f"bench run: {len(keys)} cells planned, {len(todo)} to do; expected time: {self.eta.text()}",
+                   file=sys.stderr)
         if self.cfg.time_limit_s is not None:
             self.limit = TimeLimit.starting_now(self.cfg.time_limit_s, self.folder_times())
             log.info("--time-limit: cells start only if they should finish within %.0f s", self.cfg.time_limit_s)
         self.times = self.limit.times if self.limit is not None else self.folder_times()
-        bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress)
+        bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="cells", disable=not self.cfg.progress,
+                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")  # (its own ETA counts cells
+        bar.set_postfix_str(self.eta.text())  # as equal: an AUBER cell is 700 evaluations long)
         try:
             with stop_between_cells(stops_bases=not self.cfg.wait_for_base) as self.stop:
                 if self.execution.parallel:
@@ -368,6 +377,8 @@ class Runner:
                 warn_other_base(record, self.warned_bases)
                 todo.discard(key)
                 self.times.add_record(record.to_dict())  # the next seeds' cells are estimated from it
+                self.eta.finished(key, record=record.to_dict())
+                bar.set_postfix_str(self.eta.text(), refresh=False)
             bar.update(1)
         finally:
             self.stop.running.pop(key, None)
@@ -462,10 +473,12 @@ class Runner:
             save_base_model(model, self.tokenizer, folder, info)
             log.info("base model %s trained in %.0f s", folder, info["wall_s"])
             self.times.add_base(data.spec.name, info)
+            self.eta.finished(key, base_info=info)
             return model
 
     def close(self) -> None:
         """Give back this run's claims and stop logging to ``DIR/run.log``."""
         self.claims.release_all()
-        log.removeHandler(self._handler)
-        self._handler.close()
+        if self._handler is not None:
+            log.removeHandler(self._handler)
+            self._handler.close()

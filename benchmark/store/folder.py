@@ -27,50 +27,58 @@ class RunFolderError(OSError):
     folder should be. The message names the path; finished cells stay in ``records.jsonl``."""
 
 
-def check_run_json(out: Path, experiment: Experiment) -> str:
+def check_run_json(out: Path, experiment: Experiment, write: bool = True) -> str:
     """Refuse a folder made with another experiment configuration; accept a subset or superset of its tasks.
     Returns the folder's config hash: the one ``run.json`` was created with, which every record of the folder
     carries (adding a task never changes it).
 
     Runs under an exclusive lock on ``DIR/.run.lock``. Data hashes are compared per file: a task left out is no
     conflict, a task added is merged into ``run.json``. Afterwards ``experiment.data_hashes`` holds the folder's
-    hashes (all its tasks).
+    hashes (all its tasks). ``write=False`` (``bench run --dry-run``) only compares: no lock, nothing written.
 
     Raises:
         ConfigError: a setting or a data file's hash differs from the folder's; the message lists each change.
         OSError: the folder cannot be read or written.
     """
     path = Path(out) / RUN_JSON
+    if not write:
+        return _compare_run_json(path, experiment, write=False)
     with open(Path(out) / RUN_LOCK, "a+b") as lock, file_lock(lock.fileno()):
-        current = experiment.as_dict()
-        if not path.exists():
-            digest = experiment.digest()
+        return _compare_run_json(path, experiment, write=True)
+
+
+def _compare_run_json(path: Path, experiment: Experiment, write: bool) -> str:
+    """:func:`check_run_json`'s work, the lock held when it ``write``s."""
+    current = experiment.as_dict()
+    if not path.exists():
+        digest = experiment.digest()
+        if write:
             _write_run_json(path, experiment, digest, {"created": now_utc()})
-            return digest
-        stored = json.loads(path.read_text())
-        old = stored.get("experiment", {})
-        old_hashes, new_hashes = old.get("data_hashes", {}), current.get("data_hashes", {})
-        changes = diff_dicts({k: v for k, v in old.items() if k != "data_hashes"},
-                             {k: v for k, v in current.items() if k != "data_hashes"})
-        changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
-                    for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
-        if changes:
-            if "protocol" not in old:
-                changes.insert(0, "protocol: 1 (this folder predates the protocol version) -> "
-                                  f"{current['protocol']}: conditions evaluate other weights now")
-                changes = [c for c in changes if not c.startswith("protocol:") or "predates" in c]
-            raise ConfigError(
-                f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
-                f"  " + "\n  ".join(changes) + "\nUse another --out folder, or the same options as before."
-            )
-        added = sorted(set(new_hashes) - set(old_hashes))
-        experiment.data_hashes = {**old_hashes, **new_hashes}
-        digest = stored.get("config_hash") or experiment.digest()
-        if added:
-            log.info("run.json: adding data files %s", ", ".join(added))
-            _write_run_json(path, experiment, digest,
-                            {k: v for k, v in stored.items() if k not in ("experiment", "config_hash")})
         return digest
+    stored = json.loads(path.read_text())
+    old = stored.get("experiment", {})
+    old_hashes, new_hashes = old.get("data_hashes", {}), current.get("data_hashes", {})
+    changes = diff_dicts({k: v for k, v in old.items() if k != "data_hashes"},
+                         {k: v for k, v in current.items() if k != "data_hashes"})
+    changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
+                for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
+    if changes:
+        if "protocol" not in old:
+            changes.insert(0, "protocol: 1 (this folder predates the protocol version) -> "
+                              f"{current['protocol']}: conditions evaluate other weights now")
+            changes = [c for c in changes if not c.startswith("protocol:") or "predates" in c]
+        raise ConfigError(
+            f"{path}: this run folder was made with a different configuration; refusing to mix results.\n"
+            f"  " + "\n  ".join(changes) + "\nUse another --out folder, or the same options as before."
+        )
+    added = sorted(set(new_hashes) - set(old_hashes))
+    experiment.data_hashes = {**old_hashes, **new_hashes}
+    digest = stored.get("config_hash") or experiment.digest()
+    if added and write:
+        log.info("run.json: adding data files %s", ", ".join(added))
+        _write_run_json(path, experiment, digest,
+                        {k: v for k, v in stored.items() if k not in ("experiment", "config_hash")})
+    return digest
 
 
 def _write_run_json(path: Path, experiment: Experiment, digest: str, extra: dict[str, Any]) -> None:

@@ -279,18 +279,20 @@ class RecordStore:
 
     Opening it moves every unreadable line of ``records.jsonl``, ``failures.jsonl`` and ``runs.jsonl`` to
     ``rejected.jsonl`` (:func:`reject_unreadable`); ``self.rejected`` lists them, each logged as a warning.
+    ``read_only`` (``bench run --dry-run``): nothing is created or moved; unreadable lines are only skipped.
 
     Raises:
         OSError: the folder or one of its files cannot be read or written.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, read_only: bool = False) -> None:
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / RECORDS
         self.rejected: list[BrokenLine] = []
-        for name in (RECORDS, FAILURES, PLANS):
-            self.rejected += reject_unreadable(self.folder / name)
+        if not read_only:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for name in (RECORDS, FAILURES, PLANS):
+                self.rejected += reject_unreadable(self.folder / name)
         for b in self.rejected:
             log.warning("%s: moved to %s (kept there); a record's cell will be computed again", b,
                         self.folder / REJECTED)

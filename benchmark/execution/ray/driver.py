@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 from tqdm.auto import tqdm
 
 from headprune_bench.benchmark.cells.work import CellWork, prunes_again, warn_other_base
+from headprune_bench.benchmark.execution.eta import Eta
 from headprune_bench.benchmark.execution.ray.tasks import Outcome, remote_functions
 from headprune_bench.benchmark.execution.ray.transport import ModelParcel, unpack
 from headprune_bench.benchmark.execution.resolve import Execution
@@ -88,6 +89,7 @@ class RunHandle(Protocol):
     store: RecordStore
     work: CellWork
     stop: StopRequest
+    eta: Eta
     limit: TimeLimit | None
     warned_bases: set[tuple[str, int]]
     claims: Claims
@@ -355,6 +357,7 @@ class _Driver:
             self.runner.store.add(outcome.record)
             warn_other_base(outcome.record, self.runner.warned_bases)
             self._learn("add_record", outcome.record_dict())
+            self.runner.eta.finished(pending.key, record=outcome.record_dict())
             self.todo.discard(pending.key)
             log.info("cell %s done (%.1f s)", pending.key, outcome.record.cost.wall_s)
         else:
@@ -389,6 +392,7 @@ class _Driver:
         model, info = value
         self.runner.save_base(pending.task, pending.seed, unpack(model), info)
         self._learn("add_base", pending.task, info)
+        self.runner.eta.finished(pending.key, base_info=info)
 
     def _learn(self, what: str, *args) -> None:
         """Add a finished cell's record (``add_record``) or base fine-tune (``add_base``) to the time estimates:
@@ -407,7 +411,7 @@ class _Driver:
         except self.ray.exceptions.GetTimeoutError:
             return
         now = sorted((running[p.key], p.label()) for p in self.pending.values() if p.key in running)
-        self.bar.set_description(f"{len(now)} running")
+        self.bar.set_description(f"{self.runner.eta.text()}; {len(now)} running")
         self.bar.set_postfix_str(" | ".join(f"{where}: {what}" for where, what in now), refresh=True)
 
 

@@ -325,6 +325,7 @@ def test_bench_run_defaults_to_workers_auto(ray_address, monkeypatch, tmp_path, 
                   "--no-report", "--data-dir", str(glue_dir), "--out", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output
     assert "| Ray: 2 local workers, 1 thread(s) per cell (--workers auto: one cell per CPU core)" in res.output
+    assert "bench run: 2 cells planned, 2 to do; expected time: known after the first base fine-tune" in res.output
     assert len(RecordStore(tmp_path / "run").records()) == 2
 
 
