@@ -27,15 +27,16 @@ def eager_attention(model: nn.Module) -> Iterator[nn.Module]:
 
 
 @torch.no_grad()
-def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], autocast=contextlib.nullcontext) -> torch.Tensor:
     """Attention probabilities of every head for one batch, in eval mode.
 
     ``model``: a supported family, in eval mode; ``batch``: ``[B, T]`` ``input_ids``, ``attention_mask`` (and
-    ``token_type_ids``). Returns float ``[L, B, H, T, T]``, ``A[l, b, h, q, k]`` = weight of key k for query q
+    ``token_type_ids``); ``autocast``: the forward pass's context (``PruningContext.autocast``). Returns float32
+    ``[L, B, H, T, T]`` (computed in bf16 under bf16 autocast), ``A[l, b, h, q, k]`` = weight of key k for query q
     (padded keys 0; padded query rows left to the caller). Raises ValueError: no attention weights returned.
     """
-    with eager_attention(model):
+    with eager_attention(model), autocast():
         out = model(**model_inputs(batch), output_attentions=True)
     if not out.attentions:
         raise ValueError(f"{type(model).__name__} returned no attention weights")
-    return torch.stack(out.attentions)
+    return torch.stack(out.attentions).float()

@@ -48,6 +48,8 @@ class PruningContext:
         tokenizer_info: ``{"vocab_size", "cls_token_id", "sep_token_id", "pad_token_id", "special_ids"}``.
         device: the run's device. log: ``log(message)``. count_backward: ``count_backward(n)``, examples of
             backward passes run outside ``fine_tune``.
+        precision: the run's ``--precision`` (``fp32`` or ``bf16``); ``evaluate`` and ``fine_tune`` use it, and a
+            method's own forward passes take it through :meth:`autocast`.
     """
 
     task: str
@@ -67,6 +69,12 @@ class PruningContext:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     log: Callable[[str], None] = lambda message: None
     count_backward: Callable[[int], None] = lambda examples: None
+    precision: str = "fp32"
+
+    def autocast(self) -> torch.autocast:
+        """The context of a method's own forward passes (the loss included; the backward pass outside it):
+        ``torch.autocast(device, bfloat16)`` under ``precision="bf16"``, a no-op under ``fp32``."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
 
     @property
     def total_heads(self) -> int:

@@ -33,6 +33,8 @@ class ConfidencePruner(HeadPruner):
     Options: exclude_keys (str, "sep"): keys left out of the max, "sep", "none" or "cls_sep"; split (str,
     "mini_dev" or "mini_train"); max_examples (int, 0 = all); batch_size (int, 32); min_heads_per_layer (int, 0).
     ``scores`` are the ``[L, H]`` confidences, in [0, 1]. Raises OptionError at construction for a bad option.
+    Precision: the attention maps under ``context.autocast`` (bf16 under ``--precision bf16``), the maxima and
+    sums in float64.
     """
 
     name = "confidence"
@@ -70,7 +72,7 @@ class ConfidencePruner(HeadPruner):
             if opts["max_examples"]:
                 batch = {k: v[: opts["max_examples"] - seen] for k, v in batch.items()}
             seen += batch["input_ids"].shape[0]
-            attn = attention_maps(model, batch).double()
+            attn = attention_maps(model, batch, context.autocast).double()
             keys = batch["attention_mask"].bool().clone()
             if opts["exclude_keys"] in ("sep", "cls_sep"):
                 keys &= batch["input_ids"] != sep_id

@@ -98,6 +98,9 @@ class DSPPruner(HeadPruner):
     model's); epochs (1.0), max_steps (0 = no cap), batch_size (32), max_grad_norm (1.0; 0 = none), linear_decay
     (True); log_every (0 = about 20 trace points of loss and temperature). ``scores`` = trained ``w`` ``[L, H]``
     (float32, higher = keep); ``retrained`` for joint and ste. Raises OptionError at construction.
+    Precision: the training's forward passes under ``context.autocast`` (bf16 under ``--precision bf16``); the
+    loss, the backward pass, ``w`` and the optimiser in float32; the soft top-K and the kept set in float64, as
+    under fp32 (bf16's 8 bits of mantissa would tie close logits).
     """
 
     name = "dsp"

@@ -159,7 +159,7 @@ def run_gate_training(work: nn.Module, context: PruningContext, gates: torch.Ten
     Args:
         work: a classifier of a supported family (:func:`trainable_copy`); left in eval mode, every parameter
             requiring grad, hooks removed, also on error.
-        context: the ``mini_train`` batches, the seed, ``count_backward``.
+        context: the ``mini_train`` batches, the seed, ``count_backward``, ``autocast`` (the forward passes).
         gates: leaf tensor of gate parameters (``requires_grad=True``, any shape), on ``work``'s device.
         recipe: the settings. sample_mask: ``sample_mask(t) -> [L, H]`` for step ``t`` (0-based), differentiable.
         objective: ``objective(ce) -> loss``; ``None`` = the cross-entropy.
@@ -179,7 +179,9 @@ def run_gate_training(work: nn.Module, context: PruningContext, gates: torch.Ten
                 for batch in context.batches("mini_train", batch_size=recipe.batch_size, shuffle=True,
                                              seed=int(context.seed) * 1_000 + epoch + recipe.order_offset):
                     handle.set_mask(sample_mask(step))
-                    ce = F.cross_entropy(work(**model_inputs(batch)).logits.float(), batch["labels"])
+                    with context.autocast():  # (bf16 under --precision bf16; the loss and backward in float32)
+                        logits = work(**model_inputs(batch)).logits
+                    ce = F.cross_entropy(logits.float(), batch["labels"])
                     loss = ce if objective is None else objective(ce)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()

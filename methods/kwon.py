@@ -58,7 +58,7 @@ class _Kwon(HeadPruner):
         batches = list(context.batches(opts["split"], batch_size=opts["batch_size"], indices=indices))
         timings: dict[str, float] = {}
         start = time.time()
-        grads = stages.mask_gradients(model, batches, context.num_layers, context.num_heads)
+        grads = stages.mask_gradients(model, batches, context.num_layers, context.num_heads, context.autocast)
         context.count_backward(len(indices))
         fisher = stages.fisher_information(grads)
         mask = lowest_k_mask(fisher, target)
@@ -113,6 +113,10 @@ class KwonPruner(_Kwon):
     default of n iterations, as the official code; docs/methods.md says why the default differs). The result's
     ``head_scales`` are the tuned kept heads' scales (evaluation and recovery apply them; export folds them into the
     weights). Raises OptionError at construction.
+    Precision: the Fisher pass's forward passes under ``context.autocast`` (bf16 under ``--precision bf16``), its
+    loss and gradients in float32, the Fisher and the rearrangement in float64; the mask tuning (layer outputs and
+    least squares) always in float32/float64: its residuals are differences of near-equal sums, which bf16's 8
+    bits of mantissa would lose.
     """
 
     name = "kwon"

@@ -4,6 +4,7 @@ least squares (§4.3). Official code: WoosukKwon/retraining-free-pruning. See do
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,9 +22,11 @@ MAX_SCALE = 10.0
 """Tuning stops when a solved scale leaves [-10, 10] (``prune/rescale.py`` ``rescale_mask``)."""
 
 
-def mask_gradients(model: nn.Module, batches: Iterable[Batch], num_layers: int, num_heads: int) -> torch.Tensor:
+def mask_gradients(model: nn.Module, batches: Iterable[Batch], num_layers: int, num_heads: int,
+                   autocast=contextlib.nullcontext) -> torch.Tensor:
     """One gradient of the mean cross-entropy of each minibatch with respect to an all-ones ``[L, H]`` head mask
-    (official ``prune/fisher.py`` ``collect_mask_grads``: eval mode, weights frozen, labels in the loss).
+    (official ``prune/fisher.py`` ``collect_mask_grads``: eval mode, weights frozen, labels in the loss); the
+    forward passes under ``autocast`` (``PruningContext.autocast``), the loss and gradient in float32.
 
     Gradients are enabled inside, so a caller's ``torch.no_grad()`` or ``inference_mode()`` does not matter; the
     weights get none.
@@ -42,7 +45,7 @@ def mask_gradients(model: nn.Module, batches: Iterable[Batch], num_layers: int, 
         with autograd_enabled():
             for batch in map(autograd_batch, batches):
                 gates = torch.ones(num_layers, num_heads, device=batch["input_ids"].device, requires_grad=True)
-                with apply_head_mask(model, gates):
+                with apply_head_mask(model, gates), autocast():
                     logits = model(**model_inputs(batch)).logits
                 loss = F.cross_entropy(logits.float(), batch["labels"])
                 (grad,) = torch.autograd.grad(loss, gates)

@@ -3,6 +3,7 @@
 ("Michel et al. 2019")."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -28,7 +29,8 @@ MODES = ("one-shot", "iterative")
 
 
 def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, *, estimator: str = "example",
-                    base_mask: torch.Tensor | None = None, max_examples: int = 0) -> tuple[torch.Tensor, int]:
+                    base_mask: torch.Tensor | None = None, max_examples: int = 0,
+                    autocast=contextlib.nullcontext) -> tuple[torch.Tensor, int]:
     """The importance ``E_x |dL(x)/dxi_h|`` of every head (§4.1, Eq. 2; official fork of pytorch-pretrained-BERT,
     ``examples/classifier_eval.py`` ``calculate_head_importance``), L = summed cross-entropy of the labels.
 
@@ -39,6 +41,8 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
         estimator: "example" (``|.|`` per example, the paper) or "token" (per token position, the official code).
         base_mask: optional ``[L, H]`` 0/1 mask of heads already pruned; the gates are multiplied by it.
         max_examples: stop after this many examples (0 = all).
+        autocast: the forward passes' context (``PruningContext.autocast``: bf16 under ``--precision bf16``); the
+            loss, the gradient and the sums stay in float32/float64.
 
     Returns:
         (``[L, H]`` float64 importance, not normalised; number of examples used).
@@ -66,7 +70,7 @@ def head_importance(model: nn.Module, batches, num_layers: int, num_heads: int, 
             with autograd_enabled():
                 gates = torch.ones(shape, device=device, requires_grad=True)
                 effective = gates if base_mask is None else gates * base_mask.to(device)
-                with apply_head_mask(model, effective):
+                with apply_head_mask(model, effective), autocast():
                     logits = model(**model_inputs(batch)).logits
                 loss = F.cross_entropy(logits.float(), batch["labels"], reduction="sum")  # sum of per-example L(x)
                 (grad,) = torch.autograd.grad(loss, gates)
@@ -103,6 +107,8 @@ class MichelPruner(HeadPruner):
     heads); split (str, "mini_train"); max_examples (int, 0 = all); batch_size (int, 32); min_heads_per_layer
     (int, 0). ``scores`` = the last pass's ``[L, H]`` importance (float64 in one-shot mode, as ranked). Raises
     OptionError at construction.
+    Precision: the forward passes under ``context.autocast`` (bf16 under ``--precision bf16``); the loss and the
+    gradients in float32, their sums in float64.
     """
 
     name = "michel"
@@ -139,7 +145,8 @@ class MichelPruner(HeadPruner):
         def scores_for(mask: torch.Tensor | None) -> torch.Tensor:
             batches = context.batches(opts["split"], batch_size=opts["batch_size"])
             imp, n = head_importance(model, batches, context.num_layers, context.num_heads,
-                                     estimator=opts["estimator"], base_mask=mask, max_examples=opts["max_examples"])
+                                     estimator=opts["estimator"], base_mask=mask, max_examples=opts["max_examples"],
+                                     autocast=context.autocast)
             context.count_backward(n)
             return normalize_by_layer(imp) if opts["normalize_by_layer"] else imp
 

@@ -15,6 +15,7 @@ class RandomPruner(HeadPruner):
 
     Options: min_heads_per_layer (int, 0): never leave a layer with fewer heads. per_layer (bool, True): with
     ``context.target_per_layer``, draw that many heads in each layer instead of one global draw.
+    Precision: no pass over the model, so ``--precision`` changes nothing here.
     """
 
     name = "random"

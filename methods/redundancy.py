@@ -4,6 +4,7 @@ by the distance between their attention maps on random tokens, keep one medoid p
 ("Redundancy (Bian et al. 2021)")."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -118,14 +119,16 @@ def pairwise_head_distances(attn: torch.Tensor, distance: str = "js",
 
 
 @torch.no_grad()
-def redundancy_matrix(model: nn.Module, batches, distance: str = "js") -> torch.Tensor:
+def redundancy_matrix(model: nn.Module, batches, distance: str = "js",
+                      autocast=contextlib.nullcontext) -> torch.Tensor:
     """Mean token-based distance ``[N, N]`` (float64 in [0, 1], N = L*H layer-major, zero diagonal) between the
-    attention maps of every pair of heads over ``batches``, padding queries skipped, in eval mode. Raises
-    ValueError: unknown distance, or the batches gave no token."""
+    attention maps of every pair of heads over ``batches``, padding queries skipped, in eval mode; the maps under
+    ``autocast`` (:func:`attention_maps`), the distances in float32 and summed in float64. Raises ValueError:
+    unknown distance, or the batches gave no token."""
     model.eval()
     total, rows = None, 0
     for batch in batches:
-        attn = attention_maps(model, batch)
+        attn = attention_maps(model, batch, autocast)
         summed, count = pairwise_head_distances(attn, distance, batch.get("attention_mask"))
         total = summed if total is None else total + summed
         rows += count
@@ -225,6 +228,8 @@ class RedundancyPruner(HeadPruner):
     cache (True: reuse the in-process matrix cache, keyed by model digest, seed and options; :func:`clear_cache`).
     ``scores`` = each head's mean distance to the others, ``[L, H]`` (higher = less redundant). Raises OptionError
     at construction for a bad option.
+    Precision: the attention maps under ``context.autocast`` (bf16 under ``--precision bf16``; the precision is
+    part of the cache key), the distances in float32, their sums in float64.
     """
 
     name = "redundancy"
@@ -275,7 +280,8 @@ class RedundancyPruner(HeadPruner):
         info = context.tokenizer_info
         digest = model_digest(source)
         key = (digest, int(context.seed), opts["num_sequences"], opts["seq_length"], opts["distance"],
-               opts["batch_size"], int(info.get("vocab_size") or 0), tuple(sorted(info.get("special_ids") or [])))
+               opts["batch_size"], int(info.get("vocab_size") or 0), tuple(sorted(info.get("special_ids") or [])),
+               context.precision)
         hit = opts["cache"] and key in _CACHE
         if hit:
             matrix = _CACHE[key]
@@ -284,7 +290,7 @@ class RedundancyPruner(HeadPruner):
             batches = random_token_batches(info, opts["num_sequences"], opts["seq_length"], opts["batch_size"],
                                            context.generator(salt=3_000), device)
             was_training = source.training
-            matrix = redundancy_matrix(source, batches, opts["distance"])
+            matrix = redundancy_matrix(source, batches, opts["distance"], context.autocast)
             if source is model and was_training:
                 model.train()
             if opts["cache"]:

@@ -55,7 +55,8 @@ def dev_objective(work: nn.Module, context: PruningContext, heads: HeadMask, log
     heads.set_mask(deterministic_gates(log_a.detach(), opts["gamma"], opts["zeta"]))
     ce_sum, n, preds, labels = 0.0, 0, [], []
     for batch in context.batches("mini_dev", batch_size=opts["batch_size"]):
-        logits = work(**model_inputs(batch)).logits.float()
+        with context.autocast():
+            logits = work(**model_inputs(batch)).logits.float()
         ce_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
         n += int(batch["labels"].shape[0])
         preds.append(logits.argmax(-1).cpu())
@@ -158,6 +159,10 @@ class VoitaPruner(HeadPruner):
 
     ``scores`` = trained ``log_a`` ``[L, H]`` (higher = more open); the trace records every run, the deterministic
     gates, the achieved count and how it was reached. Raises OptionError at construction for a bad option.
+
+    Precision: the forward passes of the gate training and of its dev objective under ``context.autocast`` (bf16
+    under ``--precision bf16``); the loss, the backward pass, ``log_a``, the model's parameters and the optimiser
+    in float32.
     """
 
     name = "voita"

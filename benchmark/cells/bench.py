@@ -163,6 +163,7 @@ class SeedBench:
             compute_metrics=lambda preds, labels: tasks.compute_metrics(spec, preds, labels),
             log=lambda msg: _method_says(f"[{spec.name} s{seed}] {msg}"),
             count_backward=lambda n: setattr(counter, "backward", counter.backward + int(n)),
+            precision=self.precision,
         )
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,6 +64,29 @@ class Execution:
         gpu = f", {self.gpus_per_cell:g} GPU" if self.gpus_per_cell else ""
         note = f" ({self.note})" if self.note else ""
         return f"Ray: {where}, {self.threads_per_cell} thread(s){gpu} per cell{note}"
+
+
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
+"""CPU flags (``/proc/cpuinfo``) of native bfloat16 arithmetic; without one, bf16 autocast is emulated and slower."""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where that file is missing: not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def bf16_warning(precision: str, device: torch.device) -> str | None:
+    """The warning for ``--precision bf16`` on a CPU without native bf16 (:data:`NATIVE_BF16`), else None."""
+    if precision != "bf16" or device.type != "cpu":
+        return None
+    if NATIVE_BF16[0] in (flags := cpu_flags()) or NATIVE_BF16[1] in flags:
+        return None
+    return (f"--precision bf16 on a CPU without native bf16 ({' or '.join(NATIVE_BF16)} not in /proc/cpuinfo): "
+            f"torch emulates it, so this run will be slower than fp32, not faster")
 
 
 def cpu_cores() -> int:

@@ -27,7 +27,7 @@ from headprune_bench.benchmark.cells.work import (
 from headprune_bench.benchmark.config.presets import ConfigError, Experiment, check_levels
 from headprune_bench.benchmark.config.run import RunConfig, make_run_config  # noqa: F401 - re-exported for callers
 from headprune_bench.benchmark.execution.eta import Eta
-from headprune_bench.benchmark.execution.resolve import resolve_execution
+from headprune_bench.benchmark.execution.resolve import bf16_warning, resolve_execution
 from headprune_bench.benchmark.execution.stopping import Running, StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
@@ -90,6 +90,8 @@ class Runner:
         self.out = Path(config.out)
         self.execution = resolve_execution(config)  # serial, or on Ray; the device cells run on
         self.device = self.execution.device
+        if (slow := bf16_warning(config.precision, self.device)) is not None:
+            tqdm.write(f"warning: {slow}", file=sys.stderr)
         self.task_specs = [tasks.get_task(t) for t in config.tasks]
         self.data_dir = tasks.resolve_data_dir(config.data_dir)
         # Read every task's files now: a missing or malformed file fails the run before any training.

@@ -103,6 +103,10 @@ class AuberPruner(HeadPruner):
     state ``[L, H]`` (rows sum to 1); ``trace["layers"]``: one entry per layer (rewards, epsilon, pruned heads,
     mini-dev metric before / after / after the fine-tune, seconds, reward evaluations, cache hits, ...).
 
+    Precision: the reward passes (:mod:`.rewards`) under ``context.autocast`` and the per-layer and final
+    fine-tunes and held-out evaluations through the context, all in bf16 under ``--precision bf16``; the DQN (a
+    small MLP) always in float32.
+
     Raises:
         OptionError: an option out of range (at construction).
     """
@@ -231,10 +235,10 @@ class AuberPruner(HeadPruner):
 
         if self.options["fast_rewards"]:
             try:
-                return FastScorer(model, batches, layer, mask, metric), "fast", batches
+                return FastScorer(model, batches, layer, mask, metric, context.autocast), "fast", batches
             except FastScorerUnsupported as exc:
                 context.log(f"{self.name}: fast rewards unavailable ({exc}); using full forward passes")
-        return NaiveScorer(model, batches, layer, mask, metric), "naive", batches
+        return NaiveScorer(model, batches, layer, mask, metric, context.autocast), "naive", batches
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Algorithm 1: every layer in turn (:meth:`prune_layer`), then :meth:`final_finetune`, on a deep copy.
@@ -322,7 +326,8 @@ class AuberPruner(HeadPruner):
             tuned = True
             finetune_seconds = time.perf_counter() - t_ft
             if found["kind"] in ("fast", "naive"):
-                after_ft = NaiveScorer(work, found["batches"], layer, mask, found["metric"]).score(chosen)
+                after_ft = NaiveScorer(work, found["batches"], layer, mask, found["metric"],
+                                       context.autocast).score(chosen)
             elif found["kind"] == "context":
                 after_ft = _ContextScorer(work, context, layer, mask, dev_idx).score_many([chosen])[0]
         entry = {

@@ -3,6 +3,7 @@ official code runs ``run_glue.py`` per reward, ``src/lib/reward.py``). See docs/
 2020)", "Rewards")."""
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -51,13 +52,15 @@ class Scorer:
         model: a sequence classifier of a supported family (put in eval mode here).
         batches: mini-dev batches (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``).
         base_mask: ``[L, H]`` heads already pruned in the other layers (row ``layer`` is ignored).
+        autocast: the forward passes' context (``PruningContext.autocast``: bf16 under ``--precision bf16``).
 
     ``evals`` counts the pruned sets evaluated (forwards over the mini-dev), ``seconds`` their time.
     """
 
     def __init__(self, model: nn.Module, batches: list[dict[str, torch.Tensor]], layer: int,
-                 base_mask: torch.Tensor, metric: MetricFn) -> None:
+                 base_mask: torch.Tensor, metric: MetricFn, autocast=contextlib.nullcontext) -> None:
         self.model = model.eval()
+        self.autocast = autocast
         self.layout = get_layout(model)
         self.batches = batches
         self.layer = int(layer)
@@ -94,7 +97,7 @@ class NaiveScorer(Scorer):
         mask = layer_mask(self.base_mask, self.layer, pruned)
         device = next(self.model.parameters()).device
         out = []
-        with apply_head_mask(self.model, mask.to(device)):
+        with apply_head_mask(self.model, mask.to(device)), self.autocast():
             for batch in self.batches:
                 out.append(self.model(**model_inputs(batch)).logits)
         return torch.cat(out) if out else torch.zeros(0)
@@ -121,8 +124,9 @@ class FastScorer(Scorer):
     """
 
     def __init__(self, model: nn.Module, batches: list[dict[str, torch.Tensor]], layer: int,
-                 base_mask: torch.Tensor, metric: MetricFn, *, cls_only: bool = True, check: bool = True) -> None:
-        super().__init__(model, batches, layer, base_mask, metric)
+                 base_mask: torch.Tensor, metric: MetricFn, autocast=contextlib.nullcontext, *, cls_only: bool = True,
+                 check: bool = True) -> None:
+        super().__init__(model, batches, layer, base_mask, metric, autocast)
         start = time.perf_counter()
         layout = self.layout
         base = layout.base
@@ -141,7 +145,7 @@ class FastScorer(Scorer):
             self.interface = _attention_interface(config)
         self.cls_only = self.interface is not None
         self.cache: list[dict[str, Any]] = []
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast():
             capture_mask = layer_mask(self.base_mask, self.layer, ())
             device = next(model.parameters()).device
             with apply_head_mask(model, capture_mask.to(device)):
@@ -184,9 +188,9 @@ class FastScorer(Scorer):
         batch = self.batches[0]
         mask = layer_mask(self.base_mask, self.layer, ())
         device = next(self.model.parameters()).device
-        with torch.inference_mode(), apply_head_mask(self.model, mask.to(device)):
+        with torch.inference_mode(), apply_head_mask(self.model, mask.to(device)), self.autocast():
             full = self.model(**model_inputs(batch)).logits
-        with torch.inference_mode():
+        with torch.inference_mode(), self.autocast():
             fast = self._batch_logits(0, mask)
         diff = float((full.double() - fast.double()).abs().max()) if full.numel() else 0.0
         tol = self.rounding_tolerance(full, batch["input_ids"].shape[-1])
@@ -250,7 +254,8 @@ class FastScorer(Scorer):
     def logits(self, pruned: Iterable[int]) -> torch.Tensor:
         """Logits ``[N, C]``, equal to :class:`NaiveScorer`'s up to float rounding."""
         mask = layer_mask(self.base_mask, self.layer, pruned)
-        out = [self._batch_logits(i, mask) for i in range(len(self.cache))]
+        with self.autocast():
+            out = [self._batch_logits(i, mask) for i in range(len(self.cache))]
         return torch.cat(out) if out else torch.zeros(0)
 
 
