@@ -298,7 +298,8 @@ class AuberPruner(HeadPruner):
         return {"chosen": chosen, "before": before, "after": after, "kind": kind, "batches": batches,
                 "metric": getattr(scorer, "metric", None), "build_seconds": getattr(scorer, "build_seconds", None),
                 "rewards": [round(e.total_reward, 6) for e in search.episodes], "epsilon": search.epsilon,
-                "evals": memo.evals, "hits": memo.hits, "steps": search.steps_done, "optim_steps": search.optim_steps}
+                "evals": memo.evals, "hits": memo.hits, "steps": search.steps_done, "optim_steps": search.optim_steps,
+                "reward_seconds": getattr(scorer, "seconds", None)}
 
     def prune_layer(self, work: nn.Module, context: PruningContext, layer: int, mask: torch.Tensor,
                     states: torch.Tensor, pool: int, cfg: DQNConfig) -> tuple[nn.Module, dict[str, Any], bool]:
@@ -342,6 +343,8 @@ class AuberPruner(HeadPruner):
         }
         if found["build_seconds"] is not None:
             entry["cache_build_seconds"] = round(found["build_seconds"], 3)
+        if found["reward_seconds"] is not None:  # (the rest of search_seconds: the DQN and the episodes' loop)
+            entry["reward_seconds"] = round(found["reward_seconds"], 3)
         context.log(f"{self.name}: layer {layer}: pruned {entry['pruned']} (mini-dev {found['before']:.4f} -> "
                     f"{found['after']:.4f}; {found['evals']} evals, {found['hits']} memo hits, "
                     f"{entry['seconds']:.1f} s)")

@@ -498,3 +498,14 @@ def test_options_given_for_auber_reach_its_ablations_but_never_the_options_that_
     assert given["auber-l2"]["norm"] == "l2" and given["auber-l2"]["reward_control"] == "zero"
     own = options({"auber": {"episodes": 7}, "auber-null": {"episodes": 9}})
     assert (own["auber"]["episodes"], own["auber-null"]["episodes"], own["auber-l2"]["episodes"]) == (7, 9, 7)
+
+
+def test_each_layer_says_how_much_of_its_search_went_to_rewards():
+    """Issue 41, item 3: a layer's trace splits its search into the reward evaluations and the rest (the DQN and
+    the episodes' loop), so an AUBER record tells where its time went."""
+    model = tiny_model(seed=0)
+    cls = methods.get_method_class("auber")
+    trace = cls(**cls.conformance_options).prune(model, synthetic_context(model, target_heads=None)).trace
+    for entry in trace["layers"]:
+        assert entry["reward_path"] in ("fast", "naive")
+        assert 0 < entry["reward_seconds"] <= entry["search_seconds"] <= entry["seconds"]
