@@ -447,8 +447,9 @@ def test_a_resumed_command_says_what_its_plan_adds(tmp_path, glue_dir, capsys):
 
 def test_a_running_method_shows_its_progress_on_screen_under_its_own_name(tmp_path, glue_dir, capsys):
     """Issue 42, item 9: AUBER's per-layer progress went to run.log only, and auber-null's lines said "auber:"."""
-    run_smoke(tmp_path, glue_dir, methods_spec="auber-null")
+    run_smoke(tmp_path, glue_dir, methods_spec="auber-null",  # (no fine-tunes, one episode: CI time)
+              method_options={"auber-null": {"episodes": 1, "layer_finetune_epochs": 0.0, "final_finetune": False}})
     err = capsys.readouterr().err
-    assert "bench run: 3 cells planned, 3 to do" in err  # original, auber-null prune-only and own fine-tuning
-    assert "[wnli s0] auber-null: layer 0 (1 of 6): 4 episodes" in err and "auber-null: layer 5: pruned" in err
+    assert "bench run: 2 cells planned, 2 to do" in err  # original, auber-null prune-only (nothing fine-tuned)
+    assert "[wnli s0] auber-null: layer 0 (1 of 6): 1 episodes" in err and "auber-null: layer 5: pruned" in err
     assert "] auber: " not in err and "] auber: " not in (tmp_path / "run.log").read_text()
