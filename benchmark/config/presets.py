@@ -286,8 +286,20 @@ class Experiment:
     def digest(self) -> str:
         """The hash of the settings, data file hashes left out: processes that share a folder with different
         tasks (each knowing only its own files) compute the same digest. The files are checked one by one against
-        ``run.json`` and every record carries them (``provenance.data_hashes``)."""
-        return config_hash({k: v for k, v in self.as_dict().items() if k != "data_hashes"})
+        ``run.json`` and every record carries them (``provenance.data_hashes``). A local data folder enters as
+        ``local``, not its path (:func:`comparable_settings`)."""
+        return config_hash(comparable_settings(self.as_dict()))
+
+
+def comparable_settings(experiment: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a ``run.json`` experiment that must agree for two runs to share a folder: all but the data
+    hashes (compared file by file) and with a local ``data_source`` reduced to ``local``, since the same files
+    moved, or on another machine, are the same data (their hashes say so); ``hub:...`` stays as it is."""
+    out = {k: v for k, v in experiment.items() if k != "data_hashes"}
+    source = out.get("data_source")
+    if isinstance(source, str) and not source.startswith("hub:"):
+        out["data_source"] = "local"
+    return out
 
 
 def config_hash(obj: Any) -> str:

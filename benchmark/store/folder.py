@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from headprune_bench.benchmark.config.presets import ConfigError, Experiment, diff_dicts
+from headprune_bench.benchmark.config.presets import ConfigError, Experiment, comparable_settings, diff_dicts
 from headprune_bench.benchmark.provenance import now_utc
 from headprune_bench.benchmark.store.jsonl import file_lock
 
@@ -58,8 +58,15 @@ def _compare_run_json(path: Path, experiment: Experiment, write: bool) -> str:
     stored = json.loads(path.read_text())
     old = stored.get("experiment", {})
     old_hashes, new_hashes = old.get("data_hashes", {}), current.get("data_hashes", {})
-    changes = diff_dicts({k: v for k, v in old.items() if k != "data_hashes"},
-                         {k: v for k, v in current.items() if k != "data_hashes"})
+    old_settings, new_settings = comparable_settings(old), comparable_settings(current)
+    changes = diff_dicts(old_settings, new_settings)
+    old_source, new_source = old.get("data_source", "<absent>"), current.get("data_source", "<absent>")
+    if old_settings.get("data_source") != new_settings.get("data_source"):  # hub and local: name both as given
+        changes = [f"data_source: {old_source!r} -> {new_source!r}" if c.startswith("data_source:") else c
+                   for c in changes]
+    elif old_source != new_source:
+        log.info("run.json: the data folder is now %s (this folder was made with %s); its files' hashes are "
+                 "compared one by one", new_source, old_source)
     changes += [f"data_hashes.{f}: {old_hashes[f]!r} -> {new_hashes[f]!r}"
                 for f in sorted(set(old_hashes) & set(new_hashes)) if old_hashes[f] != new_hashes[f]]
     if changes:

@@ -135,6 +135,43 @@ def test_task_subsets_share_a_folder_but_changed_data_is_refused(smoke_run, glue
         Runner(_config(other, glue_dir, tasks_spec="rte"))
 
 
+def test_a_moved_data_folder_is_the_same_data_but_the_hub_is_not(smoke_run, glue_dir, tmp_path, caplog):
+    """The same files at another path (a clone on another machine, CI) resume the folder; only their hashes count."""
+    import logging
+    import shutil
+
+    from headprune_bench.benchmark.config.presets import Experiment
+
+    full = json.loads((smoke_run / "run.json").read_text())
+    moved = tmp_path / "elsewhere" / "glue"
+    for task in ("MRPC", "WNLI"):
+        shutil.copytree(glue_dir / task, moved / task)
+    with caplog.at_level(logging.INFO, logger="benchmark"):
+        runner = Runner(_config(smoke_run, moved))
+        runner.close()
+    assert runner.config_hash == full["config_hash"]
+    assert json.loads((smoke_run / "run.json").read_text()) == full  # the folder keeps the path it was made with
+    assert f"the data folder is now {moved.resolve()}" in caplog.text
+    # the moved copy with one file changed is refused, naming the file
+    dev = moved / "MRPC" / "dev.tsv"
+    dev.write_text(dev.read_text() + "\n")
+    with pytest.raises(ConfigError, match=r"data_hashes.mrpc/dev.tsv: "):
+        Runner(_config(smoke_run, moved))
+    # the path never enters a new folder's hash; the hub and local files are different sources
+    settings = {k: v for k, v in full["experiment"].items() if k != "data_source"}
+    digest = {src: Experiment(**settings, data_source=src).digest()
+              for src in ("/a/glue", "/b/glue", "hub:nyu-mll/glue")}
+    assert digest["/a/glue"] == digest["/b/glue"] != digest["hub:nyu-mll/glue"]
+    stored = json.loads((smoke_run / "run.json").read_text())
+    stored["experiment"]["data_source"] = "hub:nyu-mll/glue"
+    (smoke_run / "run.json").write_text(json.dumps(stored))
+    try:
+        with pytest.raises(ConfigError, match=r"data_source: 'hub:nyu-mll/glue' -> '/"):
+            Runner(_config(smoke_run, glue_dir))
+    finally:
+        (smoke_run / "run.json").write_text(json.dumps(full, indent=2, sort_keys=True))
+
+
 def _rec(name: str, **extra) -> dict:
     """A minimal record the store accepts (store.record_problem), with the cell key ``wnli|seed=0|random|NAME|...``."""
     return {"task": "wnli", "seed": 0, "method": "random", "condition": "prune-only", "score": 0.5,
