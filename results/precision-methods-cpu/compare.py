@@ -5,7 +5,8 @@
 For each (method, level, condition) recorded in both folders: the wall-time ratio fp32 / bf16 of each phase (the
 prune step, the recovery of a prune+recover cell, the dev evaluation of a prune-only cell), whether the masks are
 equal (else how many heads differ), the heads pruned in each, how many dev predictions differ and the score in
-each; then the base fine-tune's ratio (its train_info.json) and the whole seed's.
+each; then, per method, the ratio of all its cells' seconds together; then the base fine-tune's ratio (its
+train_info.json) and the whole seed's.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def main() -> None:
           "dev predictions differing | score fp32 / bf16 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     totals = [0.0, 0.0]
+    by_method: dict[str, list[float]] = {}
     steps_a: dict = {}
     steps_b: dict = {}
     for key in sorted(set(a) & set(b), key=lambda k: (k[4] != "prune-only", k)):
@@ -55,10 +57,18 @@ def main() -> None:
         for phase in pa:
             totals[0] += pa[phase]
             totals[1] += pb.get(phase, 0.0)
+            method = by_method.setdefault(key[2], [0.0, 0.0])
+            method[0] += pa[phase]
+            method[1] += pb.get(phase, 0.0)
             print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {phase} | {pa[phase]:.1f} | "
                   f"{pb.get(phase, 0.0):.1f} | {ratio(pa[phase], pb.get(phase, 0.0))} | "
                   f"{'equal' if diff == 0 else f'{diff} differ'} | {ra['heads_pruned']} / {rb['heads_pruned']} | "
                   f"{preds} of {len(ra['predictions'])} | {ra['score']:.4f} / {rb['score']:.4f} |")
+    print("\n| method | cells | fp32 s | bf16 s | ratio |\n|---|---|---|---|---|")
+    for name, (sa, sb) in sorted(by_method.items()):
+        cells = sum(k[2] == name for k in set(a) & set(b))
+        print(f"| {name} | {cells} | {sa:.0f} | {sb:.0f} | {ratio(sa, sb)} |")
+    print()
     for task, seed in sorted({(k[0], k[1]) for k in set(a) & set(b)}):
         infos = [json.loads((d / "base" / f"{task}-seed{seed}" / "train_info.json").read_text())
                  for d in (fp32_dir, bf16_dir)]
