@@ -120,7 +120,7 @@ class KwonPruner(_Kwon):
     """
 
     name = "kwon"
-    report_order, report_color = 65, "#CC6677"  # (Paul Tol's rose: Okabe-Ito's eight are taken)
+    report_order, report_color = 65, "#882255"  # (Paul Tol's wine: Okabe-Ito's eight are taken)
     stages = ("search", "rearrange", "tune")
     summary = "Kwon et al. 2022: Fisher mask search, rearrangement and least-squares mask tuning (retraining-free)"
     defaults = {**_Kwon.defaults, "teacher": "sqrt", "lsmr_maxiter": 100_000}

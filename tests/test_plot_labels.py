@@ -36,6 +36,12 @@ def test_a_hash_only_where_the_panel_holds_two_option_sets_of_the_method():
                                                            "michel 30%"]
 
 
+def test_the_main_option_set_is_the_one_in_most_rows_then_the_first_by_hash():
+    rows = [("voita", "b6dd5a")] * 5 + [("voita", "0ebd5d")] + [("dsp", "")] * 3 + [("michel", "f0"), ("michel", "a1")]
+    assert plots.second_option_sets(rows) == {("voita", "0ebd5d"), ("michel", "f0")}
+    assert plots.second_option_sets([]) == set()
+
+
 def _run_records() -> list[dict]:
     """voita, auber and random in prune-only, prune+recover and (voita, auber) own fine-tuning; voita's prune-only
     cells also under a second option set."""

@@ -8,8 +8,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headprune_bench.benchmark.report.plots import MARKER_CYCLE, new_figure, panel_grid, point_labels, save_figure
-from headprune_bench.benchmark.report.units import Unit, method_color, short_budget, sorted_methods, task_label
+from headprune_bench.benchmark.report.plots import (
+    MARKER_CYCLE,
+    new_figure,
+    panel_grid,
+    point_labels,
+    save_figure,
+    second_option_sets,
+)
+from headprune_bench.benchmark.report.units import (
+    Unit,
+    method_color,
+    method_rank,
+    short_budget,
+    sorted_methods,
+    task_label,
+)
 from headprune_bench.benchmark.store.records import CONTROL_NAME, METRIC_AXIS, ORIGINAL, PRUNE_ONLY, RECOVER
 
 _STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
@@ -23,11 +37,23 @@ def _opts(value) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _base(name: str) -> str:
+    """The method of a row name (``voita opts=HASH`` -> ``voita``)."""
+    return name.partition(" opts=")[0]
+
+
+def _ordered(names) -> list[str]:
+    """Row names once each, in the report's method order, a method's option sets together."""
+    return sorted(set(names), key=lambda n: (method_rank(_base(n)), n))
+
+
 def _style_of(names: list[str], colors: dict[str, str], markers: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """(colour, marker) per method name, from the caller's dicts, else the report's defaults."""
-    order = sorted_methods(names)
-    return {n: (colors.get(n) or method_color(n, order), markers.get(n) or MARKER_CYCLE[i % len(MARKER_CYCLE)])
-            for i, n in enumerate(order)}
+    """(colour, marker) per row name, from the caller's dicts, else the report's defaults; a method's option sets
+    (``name opts=HASH``) share its style."""
+    bases = sorted_methods([_base(n) for n in names])
+    style = {b: (colors.get(b) or method_color(b, bases), markers.get(b) or MARKER_CYCLE[i % len(MARKER_CYCLE)])
+             for i, b in enumerate(bases)}
+    return {n: (colors.get(n) or style[_base(n)][0], markers.get(n) or style[_base(n)][1]) for n in names}
 
 
 def _first(values) -> float:
@@ -81,21 +107,28 @@ def _labels(units: list[Unit], budgets: bool) -> dict[Unit, str]:
     return point_labels(units, budgets=budgets, conditions=False) if units else {}
 
 
-def _methods_panel(ax, rows: pd.DataFrame, start: float, style: dict, second: set, handles: dict) -> list[float]:
-    """The curve and point rows of one condition; returns the scores drawn (x 100)."""
+def _units(rows: pd.DataFrame) -> tuple[dict[Unit, pd.DataFrame], dict[Unit, tuple]]:
+    """The curve units (method, options; their level rows) and the point units (one row each) of ``rows``."""
     groups = {(m, _opts(o)): g for (m, o), g in rows[rows.kind == "curve"].groupby(
         ["method", rows.opts.map(_opts)], sort=False)}
     lines = {Unit(m, m, "", "", o or None): g for (m, o), g in groups.items()}
     points = {Unit(r.method, r.method, r.budget, "", _opts(r.opts) or None): r
               for r in rows[rows.kind == "point"].itertuples()}
+    return lines, points
+
+
+def _methods_panel(ax, rows: pd.DataFrame, start: float, style: dict, second: set, labels: dict,
+                   handles: dict) -> list[float]:
+    """The curve and point rows of one condition, labelled by ``labels`` (one per unit over both panels, so a
+    line keeps its label in each); returns the scores drawn (x 100)."""
+    lines, points = _units(rows)
     names = sorted_methods([u.name for u in [*lines, *points]])
-    line_labels, point_texts = _labels(list(lines), False), _labels(list(points), True)
-    for u in sorted(lines, key=lambda u: (names.index(u.name), u.opts or "")):
+    for u in sorted(lines, key=lambda u: (names.index(u.name), (u.name, u.opts) in second, u.opts or "")):
         color, marker = style[u.name]
-        handles.setdefault(line_labels[u], _line(ax, lines[u], start, color, marker, (u.name, u.opts) in second,
-                                                 line_labels[u], 0.15 if len(lines) <= 4 else 0.08))
+        handles.setdefault(labels[u], _line(ax, lines[u], start, color, marker, (u.name, u.opts) in second,
+                                            labels[u], 0.15 if len(lines) <= 4 else 0.08))
     for u in sorted(points, key=lambda u: (names.index(u.name), u.opts or "")):
-        handles.setdefault(point_texts[u], _point(ax, points[u], *style[u.name], point_texts[u]))
+        handles.setdefault(labels[u], _point(ax, points[u], *style[u.name], labels[u]))
     return [100 * v for c in ("mean", "ci_low", "ci_high") for v in rows[c]] + [100 * start]
 
 
@@ -117,10 +150,9 @@ def _shared_ylim(axes, values: list[float]) -> None:
             ax.set_ylim(lo - pad, hi + pad)
 
 
-def _second_sets(rows: pd.DataFrame) -> set[tuple[str, str]]:
-    """(method, opts) of every option set of a method after its first: drawn dotted with open markers."""
-    sets = rows.groupby("method").opts.agg(lambda s: sorted({_opts(o) for o in s}))
-    return {(m, o) for m, opts in sets.items() for o in opts[1:]}
+def _second_sets(names: pd.Series, opts: pd.Series) -> set[tuple[str, str]]:
+    """:func:`second_option_sets` of rows with columns ``names`` (methods) and ``opts``."""
+    return second_option_sets(zip(names, opts.map(_opts)))
 
 
 def _seeds_note(rows: pd.DataFrame) -> str:
@@ -133,7 +165,9 @@ def _curve_panels(fig, rows: pd.DataFrame, colors: dict, markers: dict) -> tuple
     """Both panels of :func:`plot_curves`; returns the legend handles by label, of the methods and the references."""
     axes = fig.subplots(1, 2, sharey=True)
     style = _style_of([ORIGINAL, CONTROL_NAME, *rows.method.unique()], colors, markers)
-    second, handles, refs, values = _second_sets(rows), {}, {}, []
+    second, handles, refs, values = _second_sets(rows.method, rows.opts), {}, {}, []
+    lines, points = _units(rows[rows.kind.isin(["curve", "point"])])
+    labels = {**_labels(list(lines), False), **_labels(list(points), True)}
     starts = {name: _first(rows[rows.method == name]["mean"]) for name in (ORIGINAL, CONTROL_NAME)}
     for ax, (condition, start_row, title) in zip(axes, _PANELS):
         cells = rows[(rows.condition == condition) & rows.kind.isin(["curve", "point"])]
@@ -141,7 +175,7 @@ def _curve_panels(fig, rows: pd.DataFrame, colors: dict, markers: dict) -> tuple
             ax.text(0.5, 0.5, f"no {condition} cells", transform=ax.transAxes, ha="center", va="center",
                     color=_GREY)
         else:
-            values += _methods_panel(ax, cells, starts[start_row], style, second, handles)
+            values += _methods_panel(ax, cells, starts[start_row], style, second, labels, handles)
             ax.plot(0, 100 * starts[start_row], linestyle="none", marker="o", markersize=4.5,
                     color=style[start_row][0], zorder=4, label="_start")
         ax.set_title(title, loc="left")
@@ -195,10 +229,14 @@ def plot_curves(curves: pd.DataFrame, task: str, folder: Path, colors: dict[str,
 
 def _stability_panel(ax, stability: pd.DataFrame, style: dict) -> None:
     """Mean pairwise Jaccard across seeds vs level per method; the random expectation dashed grey."""
-    for name in sorted_methods(list(stability.method.unique())):
+    opts = stability.method.map(lambda n: n.partition(" opts=")[2])
+    second = _second_sets(stability.method.map(_base), opts)
+    for name in _ordered(stability.method):
         rows = stability[stability.method == name].sort_values("level")
         color, marker = style[name]
-        ax.plot(rows["level"], rows.jaccard, color=color, marker=marker, markersize=4, linewidth=1.4, label=name)
+        dotted = (_base(name), name.partition(" opts=")[2]) in second
+        ax.plot(rows["level"], rows.jaccard, color=color, marker=marker, markersize=4, linewidth=1.4, label=name,
+                linestyle=":" if dotted else "-", markerfacecolor="white" if dotted else color)
     chance = stability.sort_values("level").drop_duplicates("level")
     ax.plot(chance["level"], chance.random_expected, color="#777777", linestyle="--", linewidth=1.2,
             label="expected for random sets")
@@ -245,7 +283,7 @@ def _agreement_panels(subfig, agreement: pd.DataFrame, ncols: int) -> None:
 
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#DDDDDD")
     order = agreement.groupby("budget")["level"].mean().sort_values()
-    names = sorted_methods(list(agreement.method_a) + list(agreement.method_b))
+    names = _ordered([*agreement.method_a, *agreement.method_b])
     axes = panel_grid(subfig, len(order), ncols, sharex=True, sharey=True)
     image = None
     for ax, (budget, level) in zip(axes.flat, order.items()):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,18 @@ def _two_option_sets(units: Sequence[Unit]) -> set[str]:
     for u in units:
         sets.setdefault(u.name, set()).add(u.opts or "")
     return {name for name, opts in sets.items() if len(opts) > 1}
+
+
+def second_option_sets(rows: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(method, opts) of every option set but each method's main one, given one (method, opts) per row drawn; the
+    main set is the one in most rows, then the first by hash. Plots draw the others dotted with open markers."""
+    counts = Counter(rows)
+    main, second = set(), set()
+    for method, opts in sorted(counts, key=lambda k: (k[0], -counts[k], k[1])):
+        if method in main:
+            second.add((method, opts))
+        main.add(method)
+    return second
 
 
 def point_labels(units: Sequence[Unit], sep: str = " ", budgets: bool = True,
@@ -231,15 +244,10 @@ def plot_sweep(r: GroupResult, folder: Path, colors: dict[str, str], markers: di
         return []
     fig = new_figure(5.0, 2.6)
     ax = fig.add_subplot()
-    sets_of: dict[str, list[str]] = {}
-    for name, _cond, opts in lines:
-        sets_of.setdefault(name, [])
-        if opts not in sets_of[name]:
-            sets_of[name].append(opts)
+    second = second_option_sets((name, opts) for (name, _cond, opts), us in lines.items() for _ in us)
     labels = point_labels([us[0] for us in lines.values()], budgets=False)
-    for key, us in lines.items():
-        name = key[0]
-        _sweep_line(ax, r, us, labels[us[0]], sorted(sets_of[name]).index(key[2]) > 0, colors.get(name, "#888888"),
+    for (name, _cond, opts), us in lines.items():
+        _sweep_line(ax, r, us, labels[us[0]], (name, opts) in second, colors.get(name, "#888888"),
                     markers.get(name, "o"))
     for name, style in _REFERENCE_LINES:
         ref = next((u for u in r.units if u.name == name), None)

@@ -19,9 +19,9 @@ OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "gr
              "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}
 #: Colours of the report's own rows (the methods' colours are their classes' ``report_color``).
 REPORT_COLORS = {ORIGINAL: OKABE_ITO["black"], CONTROL_NAME: "#777777"}
-#: For methods without a colour (ablations, new methods): Paul Tol's colour-blind-safe "muted" scheme, then
-#: Okabe-Ito yellow.
-EXTRA_COLORS = ("#332288", "#117733", "#882255", "#44AA99", "#999933", "#AA4499", "#88CCEE", "#DDCC77",
+#: For methods without a colour (ablations, new methods): Paul Tol's colour-blind-safe "muted" scheme less kwon's
+#: wine (the first four at least 25 in CIE76 from every method's fixed colour), then Okabe-Ito yellow.
+EXTRA_COLORS = ("#332288", "#999933", "#DDCC77", "#AA4499", "#117733", "#CC6677", "#44AA99", "#88CCEE",
                 OKABE_ITO["yellow"])
 
 

@@ -192,3 +192,45 @@ def test_atlas_heatmaps_show_the_matrix_and_a_blank_diagonal(tmp_path, figures):
     random = _line(stab_ax, "expected for random sets")
     assert np.allclose(random.get_xdata(), LEVELS)
     assert {line.get_label() for line in stab_ax.get_lines()} >= set(METHODS)
+
+
+MAIN, OLD = "b6dd5a6c53c9", "0ebd5dde9803"  # the main set sorts after the other one
+
+
+def test_a_methods_option_sets_keep_their_labels_in_both_panels_and_its_main_set_is_solid(tmp_path, figures):
+    frame = curves_frame()
+    frame.loc[frame.method == "voita", "opts"] = MAIN
+    old = _row("mrpc", "prune-only", "voita", "fraction:0.5", "curve", 0.5, 0.8, 0.02)
+    frame = pd.concat([frame, pd.DataFrame([dict(old, opts=OLD, n=1)])], ignore_index=True)
+    curve_plots.plot_curves(frame, "mrpc", tmp_path, COLORS, MARKERS)
+    fig = figures[0]
+    left, right = fig.axes
+    legend = [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.get_texts()]
+    assert legend.count("voita opts=b6dd5a") == 1 and legend.count("voita opts=0ebd5d") == 1
+    assert "voita" not in legend
+    for ax in (left, right):
+        main = _line(ax, "voita opts=b6dd5a")
+        assert main.get_linestyle() == "-" and main.get_color() == COLORS["voita"]
+    second = _line(left, "voita opts=0ebd5d")
+    assert second.get_linestyle() == ":" and second.get_markerfacecolor() == "white"
+    assert second.get_color() == COLORS["voita"]
+
+
+def test_atlas_draws_a_methods_option_sets_in_its_colour_and_place(tmp_path, figures):
+    names = ["random", f"voita opts={MAIN}", "dsp"]
+    stability = pd.DataFrame([{"task": "mrpc", "method": n, "budget": f"fraction:{lv}", "level": lv, "n": 5,
+                               "jaccard": 0.5, "random_expected": 0.3} for n in names for lv in LEVELS]
+                             + [{"task": "mrpc", "method": f"voita opts={OLD}", "budget": "fraction:0.5",
+                                 "level": 0.5, "n": 2, "jaccard": 0.4, "random_expected": 0.3}])
+    at = [*names, f"voita opts={OLD}"]
+    agreement = pd.DataFrame([{"task": "mrpc", "budget": "fraction:0.5", "level": 0.5, "method_a": a,
+                               "method_b": b, "n": 2, "jaccard": 0.3} for a, b in itertools.permutations(at, 2)])
+    curve_plots.plot_atlas(stability, agreement, "mrpc", tmp_path, {**COLORS, "dsp": "#0072B2"})
+    fig = figures[0]
+    (heatmap,) = [ax for ax in fig.axes if ax.images]
+    assert [t.get_text() for t in heatmap.get_yticklabels()] == [
+        "random", f"voita opts={OLD}", f"voita opts={MAIN}", "dsp"]
+    stab_ax = next(ax for ax in fig.axes if ax.get_ylabel() == "mean pairwise Jaccard")
+    main, old = _line(stab_ax, f"voita opts={MAIN}"), _line(stab_ax, f"voita opts={OLD}")
+    assert main.get_color() == old.get_color() == COLORS["voita"]
+    assert main.get_linestyle() == "-" and old.get_linestyle() == ":"
