@@ -72,7 +72,7 @@ def figures(tmp_path_factory):
     results = analyse(data, n_boot=100, n_boot_examples=20)
     drawn: dict[str, object] = {}
 
-    def keep(fig, folder, name):
+    def keep(fig, folder, name, **kwargs):
         drawn[name] = fig
         return []
 

@@ -42,6 +42,12 @@ def _base(name: str) -> str:
     return name.partition(" opts=")[0]
 
 
+def _short(name: str) -> str:
+    """A row name as the plots print it: an option-set hash cut to 6 hex digits, as in the curves' legend."""
+    base, _, opts = name.partition(" opts=")
+    return f"{base} opts={opts[:6]}" if opts else base
+
+
 def _ordered(names) -> list[str]:
     """Row names once each, in the report's method order, a method's option sets together."""
     return sorted(set(names), key=lambda n: (method_rank(_base(n)), n))
@@ -235,8 +241,8 @@ def _stability_panel(ax, stability: pd.DataFrame, style: dict) -> None:
         rows = stability[stability.method == name].sort_values("level")
         color, marker = style[name]
         dotted = (_base(name), name.partition(" opts=")[2]) in second
-        ax.plot(rows["level"], rows.jaccard, color=color, marker=marker, markersize=4, linewidth=1.4, label=name,
-                linestyle=":" if dotted else "-", markerfacecolor="white" if dotted else color)
+        ax.plot(rows["level"], rows.jaccard, color=color, marker=marker, markersize=4, linewidth=1.4,
+                label=_short(name), linestyle=":" if dotted else "-", markerfacecolor="white" if dotted else color)
     chance = stability.sort_values("level").drop_duplicates("level")
     ax.plot(chance["level"], chance.random_expected, color="#777777", linestyle="--", linewidth=1.2,
             label="expected for random sets")
@@ -262,8 +268,9 @@ def _heatmap(ax, names: list[str], matrix: np.ndarray, cmap):
             r, g, b, _ = cmap(value)
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6 if len(names) <= 4 else 5,
                     color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", rotation_mode="anchor")
-    ax.set_yticks(range(len(names)), names)
+    labels = [_short(n) for n in names]
+    ax.set_xticks(range(len(names)), labels, rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(len(names)), labels)
     ax.tick_params(length=0)
     for side in ("top", "right"):
         ax.spines[side].set_visible(True)
@@ -348,4 +355,5 @@ def plot_atlas(stability: pd.DataFrame, agreement: pd.DataFrame, task: str, fold
         else:
             _agreement_panels(second, agr, ncols)
         fig.suptitle(f"which heads do the methods prune? {task_label(task)}", fontsize=9)
-        return save_figure(fig, folder, f"atlas_{task}")
+        # the heatmaps' fixed aspect can leave their longest label past the left edge of a constrained layout
+        return save_figure(fig, folder, f"atlas_{task}", tight=True)

@@ -53,13 +53,16 @@ def palette(data: RunData) -> tuple[dict[str, str], dict[str, str]]:
             {n: MARKER_CYCLE[i % len(MARKER_CYCLE)] for i, n in enumerate(names)})
 
 
-def save_figure(fig, folder: Path, name: str) -> list[Path]:
-    """``fig`` as ``folder/name.png`` (200 dpi) and ``folder/name.pdf``; returns the two paths."""
+def save_figure(fig, folder: Path, name: str, tight: bool = False) -> list[Path]:
+    """``fig`` as ``folder/name.png`` (200 dpi) and ``folder/name.pdf``; returns the two paths. ``tight``: the saved
+    page is cut to what is drawn (0.05 inch around it), so that nothing the layout pushed past an edge is lost."""
     out = []
+    bbox = {"bbox_inches": "tight", "pad_inches": 0.05} if tight else {}
     for ext in ("png", "pdf"):
         path = folder / f"{name}.{ext}"
         # no creation date: the same records give a byte-identical PDF
-        fig.savefig(path, dpi=200 if ext == "png" else None, metadata={"CreationDate": None} if ext == "pdf" else None)
+        fig.savefig(path, dpi=200 if ext == "png" else None, metadata={"CreationDate": None} if ext == "pdf" else None,
+                    **bbox)
         out.append(path)
     return out
 

@@ -66,9 +66,9 @@ def figures(monkeypatch):
     saved = []
     real = curve_plots.save_figure
 
-    def keep(fig, folder, name):
+    def keep(fig, folder, name, **kwargs):
         saved.append(fig)
-        return real(fig, folder, name)
+        return real(fig, folder, name, **kwargs)
 
     monkeypatch.setattr(curve_plots, "save_figure", keep)
     return saved
@@ -228,9 +228,30 @@ def test_atlas_draws_a_methods_option_sets_in_its_colour_and_place(tmp_path, fig
     curve_plots.plot_atlas(stability, agreement, "mrpc", tmp_path, {**COLORS, "dsp": "#0072B2"})
     fig = figures[0]
     (heatmap,) = [ax for ax in fig.axes if ax.images]
-    assert [t.get_text() for t in heatmap.get_yticklabels()] == [
-        "random", f"voita opts={OLD}", f"voita opts={MAIN}", "dsp"]
+    # ordered as the methods, the hash cut to 6 digits as in the curves' legend
+    assert [t.get_text() for t in heatmap.get_yticklabels()] == ["random", "voita opts=0ebd5d", "voita opts=b6dd5a",
+                                                                 "dsp"]
     stab_ax = next(ax for ax in fig.axes if ax.get_ylabel() == "mean pairwise Jaccard")
-    main, old = _line(stab_ax, f"voita opts={MAIN}"), _line(stab_ax, f"voita opts={OLD}")
+    main, old = _line(stab_ax, "voita opts=b6dd5a"), _line(stab_ax, "voita opts=0ebd5d")
     assert main.get_color() == old.get_color() == COLORS["voita"]
     assert main.get_linestyle() == "-" and old.get_linestyle() == ":"
+
+
+def test_atlas_png_keeps_a_white_margin_with_long_names(tmp_path):
+    """Nine rows (an option set's hash among them) over five levels: the heatmaps' longest label once reached past
+    the page's left edge; now no drawn pixel comes within 5 px (0.025 inch) of any edge."""
+    from PIL import Image
+
+    names = ["random", "confidence", "michel", f"voita opts={MAIN}", "dsp", "redundancy", "kwon", "kwon-rearrange",
+             "kwon-search"]
+    levels = (0.1, 0.3, 0.5, 0.7, 0.9)
+    stability = pd.DataFrame([{"task": "rte", "method": n, "budget": f"fraction:{lv}", "level": lv, "n": 10,
+                               "jaccard": 0.5, "random_expected": 0.3} for n in names[:7] for lv in levels])
+    at = {lv: names if lv == 0.3 else names[:7] for lv in levels}  # the ablations at 30% only
+    agreement = pd.DataFrame([{"task": "rte", "budget": f"fraction:{lv}", "level": lv, "method_a": a,
+                               "method_b": b, "n": 10, "jaccard": 0.4}
+                              for lv in levels for a, b in itertools.permutations(at[lv], 2)])
+    (png, _pdf) = curve_plots.plot_atlas(stability, agreement, "rte", tmp_path, COLORS)
+    pixels = np.asarray(Image.open(png).convert("L"))
+    edges = np.concatenate([pixels[:5].ravel(), pixels[-5:].ravel(), pixels[:, :5].ravel(), pixels[:, -5:].ravel()])
+    assert edges.min() == 255
