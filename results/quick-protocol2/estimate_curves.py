@@ -4,8 +4,9 @@ For each (task, method, condition) of the curve plan (levels 0.1, 0.5, 0.7, 0.9 
 fixed-count method; prune-only at every level, prune+recover at 0.5 and 0.7), the median recorded wall time of that
 kind of cell times the cells of that kind without a record. A method that ranks once (random, confidence, Michel)
 derives its mask at a new level from its 0.3 scores, so its new prune-only cells cost what its derived cells
-recorded so far cost (else an evaluation: the original model's prune-only cell). Base models missing under base/
-cost the median recorded base fine-tune of their task. A kind of cell without any record is listed, not guessed.
+recorded so far cost (else an evaluation: the original model's prune-only cell). A seed with a cell still to run and
+no base model under base/ costs the median recorded base fine-tune of its task. A kind of cell without any record
+is listed, not guessed.
 
     python results/quick-protocol2/estimate_curves.py [DIR]
 """
@@ -40,7 +41,10 @@ def main(folder: Path) -> None:
 
     total, unknown, lines = 0.0, set(), []
     for task in TASKS:
-        missing = [s for s in SEEDS if not (folder / "base" / f"{task}-seed{s}" / "config.json").exists()]
+        pending = {s for s in SEEDS for method in METHODS
+                   for condition, levels in (("prune-only", NEW_LEVELS), ("prune+recover", RECOVER_LEVELS))
+                   for lv in levels if (task, s, method, lv, condition) not in done}
+        missing = [s for s in sorted(pending) if not (folder / "base" / f"{task}-seed{s}" / "config.json").exists()]
         cost = statistics.median(bases[task]) * len(missing)
         total += cost
         lines.append(f"{task}: {len(missing)} base fine-tunes to redo x median {statistics.median(bases[task]):.0f} s "

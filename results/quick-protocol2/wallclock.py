@@ -38,18 +38,26 @@ def events(folder: Path) -> list[datetime]:
     return found
 
 
-def main(folder: Path) -> None:
-    starts = sorted(_utc(r["started"]) for r in _jsonl(folder / "runs.jsonl"))
-    if not starts:
+def intervals(folder: Path) -> list[tuple[dict, datetime, datetime]]:
+    """Each invocation of ``runs.jsonl`` (its line), with its start and its last timestamp before the next start."""
+    runs = sorted(_jsonl(folder / "runs.jsonl"), key=lambda r: _utc(r["started"]))
+    if not runs:
         sys.exit(f"{folder}/runs.jsonl: no invocation recorded")
-    stamps, total = events(folder), 0.0
-    for i, start in enumerate(starts):
-        end_before = starts[i + 1] if i + 1 < len(starts) else datetime.max.replace(tzinfo=timezone.utc)
-        end = max((t for t in stamps if start <= t < end_before), default=start)
+    stamps, out = events(folder), []
+    for i, run in enumerate(runs):
+        start = _utc(run["started"])
+        end_before = _utc(runs[i + 1]["started"]) if i + 1 < len(runs) else datetime.max.replace(tzinfo=timezone.utc)
+        out.append((run, start, max((t for t in stamps if start <= t < end_before), default=start)))
+    return out
+
+
+def main(folder: Path) -> None:
+    total = 0.0
+    spans = intervals(folder)
+    for i, (_, start, end) in enumerate(spans):
         total += (end - start).total_seconds()
         print(f"{i + 1:3d}  {start:%Y-%m-%d %H:%M} -> {end:%H:%M}  {(end - start).total_seconds():8.0f} s")
-    print(f"{len(starts)} invocations: at least {total:.0f} s = {total / 3600:.1f} h of wall clock")
-
+    print(f"{len(spans)} invocations: at least {total:.0f} s = {total / 3600:.1f} h of wall clock")
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent)
