@@ -102,7 +102,8 @@ def main(folder: Path) -> None:
     print(f"records at {ESTIMATE_COMMIT}: {before}; since: {len(records) - before}")
     for kind in sorted(spent):
         print(f"  {kind}: {counts[kind]} cells, {spent[kind]:.0f} thread-s")
-    print("  the estimated cells by CPU: " + "; ".join(f"{m} {v:.0f} thread-s" for m, v in sorted(by_machine.items())))
+    machines = "; ".join(f"{m} {v:.0f} thread-s" for m, v in sorted(by_machine.items()))
+    print(f"  the estimated cells: {cells:.0f} thread-s; by CPU: {machines}")
     print(f"  base fine-tunes: {len(fits)}, {sum(fits):.0f} thread-s ({min(fits):.0f}-{max(fits):.0f} s each)")
     total = cells + sum(fits)
     print(f"spent on what was estimated: {total:.0f} thread-s = {total / 3600:.1f} thread-hours "
