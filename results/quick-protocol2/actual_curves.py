@@ -1,8 +1,8 @@
 """Issue 43's cost, estimated against spent: what the curve work after the estimate of a75e143 actually took.
 
-The estimate (`estimate_curves.py` on the folder as committed at a75e143, written down in SITTINGS.md) put the curve
-cells still to run then at 195,465 thread-seconds, 14 base fine-tunes included. This prints, from the folder's own
-files:
+The estimate (`estimate_curves.py` on the folder as committed at a75e143; its total, written down in SITTINGS.md, is
+``ESTIMATE_S``) counted the curve cells still to run then and their base fine-tunes. This prints, from the folder's
+own files:
 
 - the thread-seconds of the curve plan's cells recorded since (records after the ones of a75e143; the plan of
   `estimate_curves.py`: levels 0.1, 0.5, 0.7, 0.9 prune-only and 0.5, 0.7 prune+recover, every fixed-count method),
@@ -14,8 +14,7 @@ files:
   `wallclock.py`'s lower bound), which leaves out issue 40's sittings whose base fine-tunes the curves reused;
 - what bf16 would have taken: each method's thread-seconds per kind of cell (prune step and evaluation; evaluation
   alone where the mask came from stored scores; recovery) divided by that kind's fp32/bf16 ratio, and the base
-  fine-tunes by theirs, from `../precision-methods-cpu/compare.md` (one MRPC seed at 30% on the AMD EPYC, while most
-  curve cells ran on an Intel Xeon: a projection, not a run).
+  fine-tunes by theirs, from `../precision-methods-cpu/compare.md` (a projection, not a run).
 
     python results/quick-protocol2/actual_curves.py [DIR]
 """

@@ -59,5 +59,6 @@ def main(folder: Path) -> None:
         print(f"{i + 1:3d}  {start:%Y-%m-%d %H:%M} -> {end:%H:%M}  {(end - start).total_seconds():8.0f} s")
     print(f"{len(spans)} invocations: at least {total:.0f} s = {total / 3600:.1f} h of wall clock")
 
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent)
