@@ -6,10 +6,14 @@ Choices where the issue is silent:
 
 * Condition groups (protocol.md §4): ``prune+recover``, the headline, first (rows: original prune-only, control,
   the prune+recover units, and each re-training method's own weights, ``own-fine-tuning``); then ``prune-only``
-  (rows: its units). The Holm family of the "vs" columns is one (task, group) table, so prune-only results do not
-  change when a recover run is added. In the prune+recover group each unit is also compared with ``control``.
-* Sweeps: in a table with two or more fixed levels (:func:`is_level`), each family (the "vs" columns, the pairs)
-  is split by budget level (:func:`holm_level`), so one level's p-values do not change when a level is added.
+  (rows: its units). In the prune+recover group each unit is also compared with ``control``.
+* Declared families (docs/protocol.md §5, :func:`family_kind`): every comparison belongs to one Holm family, named
+  ``task/group/level/kind`` (:attr:`Comparison.family`). ``kind`` ``primary``: the methods of a level against the
+  reference of their condition (original for prune-only, the control for prune+recover); ``pairwise``: pairs of
+  those methods; ``vs-original`` (recovered rows and the control against the original), ``own-fine-tuning``,
+  ``ablation`` (a side is an ablation, ``HeadPruner.ablation_of``) and ``vs-REF`` (other ``--against`` names) are
+  secondary. A family is always split by budget level (:func:`holm_level`), so a primary p moves neither when a
+  level, a recover run, an ablation nor another reference joins the folder.
 * Base failures (protocol.md §6): a (task, seed) whose unpruned base model is degenerate (``base_failed``) leaves
   every row, comparison and average of that task, before any statistic; :attr:`GroupResult.base_failed_seeds`
   counts them. Degenerate *pruned* runs stay in every statistic (view ``"all"``, the headline) and are counted;
@@ -43,13 +47,13 @@ import pandas as pd
 
 from headprune_bench.benchmark import stats
 from headprune_bench.benchmark.report.load import RunData
-from headprune_bench.benchmark.report.units import Unit, budget_key, sorted_units, task_key
+from headprune_bench.benchmark.report.units import Unit, ablation_parent, budget_key, sorted_units, task_key
 from headprune_bench.benchmark.stats import PairedStats
 from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
-           "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "holm_level",
-           "is_level", "pairwise_pairs", "pick_reference"]
+           "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "declare_families",
+           "family_id", "family_kind", "holm_level", "is_level", "pairwise_pairs", "pick_reference"]
 
 GROUPS = (RECOVER, PRUNE_ONLY)
 """The condition groups, headline first (the group of a unit is :meth:`Unit.group`)."""
@@ -137,8 +141,9 @@ class Comparison:
     p-values stay NaN and it is not in a Holm family); ``outside_family`` says why a test gives its exact p
     outside the Holm family (``p_holm`` NaN): :data:`NULL_CONTROL` (a side is a null-reward control,
     :data:`NULL_CONTROLS`) or :data:`SUPERSEDED` (a side's every record ran under an option set that a later run
-    into its folder replaced, ``RunData.superseded_records``); empty for a comparison in the family. ``family``:
-    the budget level of its Holm family in a table with a sweep (:func:`holm_level`), else empty."""
+    into its folder replaced, ``RunData.superseded_records``); empty for a comparison in the family. ``level``:
+    the budget level of its family (:func:`holm_level`); ``family``: its declared family's id
+    (``task/group/level/kind``, :func:`family_kind`), set for every comparison, also those outside it."""
 
     target: Unit
     reference: Unit
@@ -150,6 +155,7 @@ class Comparison:
     survivors: SeedView
     count_mismatch: list[int] = field(default_factory=list)
     outside_family: str = ""
+    level: str = ""
     family: str = ""
 
     @property
@@ -209,20 +215,47 @@ def is_level(budget: str) -> bool:
 
 
 def holm_level(c: Comparison) -> str:
-    """The budget level of ``c``'s Holm family in a table with a sweep: the row's budget; for a pair of rows at two
-    budgets, both (``A vs B``, in budget order)."""
+    """The budget level of ``c``'s Holm family: the row's budget; for a pair of rows at two budgets, both
+    (``A vs B``, in budget order)."""
     if c.kind != "pair" or c.reference.name in (ORIGINAL, CONTROL_NAME) or c.target.budget == c.reference.budget:
         return c.target.budget
     return " vs ".join(sorted((c.target.budget, c.reference.budget), key=budget_key))
 
 
-def holm_families(comparisons: list[Comparison], units: list[Unit]) -> list[list[Comparison]]:
-    """``comparisons`` (one table's "vs" or pairwise family) split by :func:`holm_level` when ``units`` hold two or
-    more fixed levels (each comparison's ``family`` set), else whole."""
-    if len({u.budget for u in units if is_level(u.budget)}) < 2:
-        return [comparisons]
+PRIMARY, PAIRWISE, VS_ORIGINAL, OWN_FAMILY, ABLATION = "primary", "pairwise", "vs-original", OWN, "ablation"
+"""Family kinds (:func:`family_kind`); other references give ``vs-NAME``."""
+REFERENCE_OF = {PRUNE_ONLY: ORIGINAL, RECOVER: CONTROL_NAME}
+"""The reference of each condition group's primary family."""
+
+
+def family_kind(c: Comparison, group: str) -> str:
+    """The kind of ``c``'s declared family in condition group ``group``: :data:`ABLATION` when a side is an ablation
+    (:func:`units.ablation_parent`), else :data:`OWN_FAMILY` when a side evaluates a method's own weights, else
+    :data:`PAIRWISE` for a pair, :data:`PRIMARY` against the group's reference (:data:`REFERENCE_OF`),
+    :data:`VS_ORIGINAL` for a recovered row against the original, ``vs-NAME`` against another reference."""
+    sides = (c.target, c.reference)
+    if any(ablation_parent(u.name) for u in sides):
+        return ABLATION
+    if any(u.condition == OWN for u in sides):
+        return OWN_FAMILY
+    if c.kind == "pair":
+        return PAIRWISE
+    if c.kind == REFERENCE_OF[group] and c.target.name not in (ORIGINAL, CONTROL_NAME):
+        return PRIMARY
+    return VS_ORIGINAL if c.kind == ORIGINAL else f"vs-{c.kind}"
+
+
+def family_id(task: str, group: str, level: str, kind: str) -> str:
+    """``task/group/level/kind``, e.g. ``rte/prune-only/fraction:0.3/primary``."""
+    return f"{task}/{group}/{level}/{kind}"
+
+
+def declare_families(comparisons: list[Comparison], task: str, group: str) -> list[list[Comparison]]:
+    """Set each comparison's ``level`` and ``family`` (:func:`holm_level`, :func:`family_kind`) and return the
+    families, in order of first appearance."""
     for c in comparisons:
-        c.family = holm_level(c)
+        c.level = holm_level(c)
+        c.family = family_id(task, group, c.level, family_kind(c, group))
     return [[c for c in comparisons if c.family == f] for f in dict.fromkeys(c.family for c in comparisons)]
 
 
@@ -407,8 +440,8 @@ def _holm(comparisons: list[Comparison]) -> None:
 
 def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boot: int = 10_000,
             n_boot_examples: int = 1000, seed: int = 0) -> list[GroupResult]:
-    """Statistics of every (task, condition group) in ``data``, tasks in report order; Holm within each group (and
-    budget level, in a sweep: :func:`holm_families`).
+    """Statistics of every (task, condition group) in ``data``, tasks in report order; Holm within each declared
+    family (:func:`declare_families`).
 
     Args:
         data: the loaded runs (:func:`headprune_bench.benchmark.report.load.load_runs`).
@@ -433,7 +466,7 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
             superseded = _superseded_units(data, gdf)
             for c in (*comparisons, *pairwise):
                 c.outside_family = _outside_family(c, superseded)
-            for family in (*holm_families(comparisons, units), *holm_families(pairwise, units)):
+            for family in declare_families([*comparisons, *pairwise], task, group):
                 _holm(family)
             results.append(GroupResult(
                 task=task, group=group, metric=metric, heads_total=float(pd.to_numeric(gdf.heads_total).max()),

@@ -11,6 +11,7 @@ from headprune_bench.benchmark.report.analysis import DEFAULT_AGAINST, GroupResu
 from headprune_bench.benchmark.report.crosstask import cross_task_summary
 from headprune_bench.benchmark.report.curve_plots import plot_atlas, plot_curves
 from headprune_bench.benchmark.report.curves import CurveFrames, curve_frames, has_sweep
+from headprune_bench.benchmark.report.families import families_frame
 from headprune_bench.benchmark.report.load import RunData, load_runs, warn
 from headprune_bench.benchmark.report.plots import make_plots, palette
 from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL
@@ -39,6 +40,7 @@ def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | 
                              missing=missing, option_sets=cells.option_sets(data),
                              plots=make_plots(data, results, plots_dir) if plots_dir and results else [],
                              curves=curve_frames(data, n_boot=n_boot, seed=seed) if has_sweep(data) else None)
+    frames.families = families_frame(results, frames.curves.auc if frames.curves is not None else None)
     if plots_dir and results and frames.curves is not None:
         frames.plots = [*curve_plots_of(data, frames.curves, plots_dir), *frames.plots]
     return frames
@@ -56,7 +58,8 @@ def curve_plots_of(data: RunData, curves: CurveFrames, folder: Path) -> list[Pat
 
 def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames) -> None:
     """``scores.csv``, ``comparisons.csv``, ``summary.csv``, ``cost.csv``, ``wall_per_seed.csv``, ``missing.csv``,
-    where a method ran with several option sets ``option_sets.csv``, and for a sweep :data:`CURVE_FILES`.
+    ``families.csv``, where a method ran with several option sets ``option_sets.csv``, and for a sweep
+    :data:`CURVE_FILES`.
 
     Raises:
         OSError: a file cannot be written.
@@ -67,6 +70,8 @@ def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames
     frames.cost.to_csv(out_dir / "cost.csv", index=False)
     frames.walls.to_csv(out_dir / "wall_per_seed.csv", index_label="method")
     frames.missing.to_csv(out_dir / "missing.csv", index=False)
+    if frames.families is not None:
+        frames.families.to_csv(out_dir / "families.csv", index=False)
     if not frames.option_sets.empty:
         frames.option_sets.to_csv(out_dir / "option_sets.csv", index=False)
     if frames.curves is not None:

@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from headprune_bench.benchmark import stats
-from headprune_bench.benchmark.report.analysis import base_failed_seeds, is_level
+from headprune_bench.benchmark.report.analysis import ABLATION, PAIRWISE, base_failed_seeds, family_id, is_level
 from headprune_bench.benchmark.report.load import RunData
-from headprune_bench.benchmark.report.units import Unit, budget_key, sorted_units, task_key
+from headprune_bench.benchmark.report.units import Unit, ablation_parent, budget_key, sorted_units, task_key
 from headprune_bench.benchmark.stats.curves import (
     AreaComparison,
+    area_above_chance,
     area_comparison,
     expected_mean_pairwise_jaccard,
     holm_areas,
@@ -27,9 +28,13 @@ from headprune_bench.benchmark.stats.curves import (
 from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, PRUNE_ONLY, RECOVER
 
 CURVES_COLUMNS = ["task", "condition", "method", "budget", "opts", "kind", "metric", "n", "level", "level_sd",
-                  "level_ci_low", "level_ci_high", "mean", "sd", "ci_low", "ci_high", "majority"]
-AUC_COLUMNS = ["task", "condition", "kind", "method", "vs", "levels", "n", "mean", "sd", "ci_low", "ci_high",
-               "p_exact", "p_holm", "min_p", "note"]
+                  "level_ci_low", "level_ci_high", "mean", "sd", "ci_low", "ci_high", "majority", "degenerate",
+                  "at_or_below_chance"]
+AUC_COLUMNS = ["task", "condition", "kind", "method", "vs", "family", "levels", "n", "mean", "sd", "ci_low", "ci_high",
+               "p_exact", "p_holm", "min_p", "area_mean", "area_sd", "area_ci_low", "area_ci_high", "note"]
+"""``mean`` ... ``min_p``: the area above chance (the primary summary, :func:`stats.curves.area_above_chance`: share of
+the reference's margin over the majority class kept), or its paired difference with the tests; ``area_*``: the
+normalised area in score units (secondary, descriptive: :func:`stats.curves.normalised_area`)."""
 STABILITY_COLUMNS = ["task", "method", "budget", "level", "n", "jaccard", "random_expected"]
 AGREEMENT_COLUMNS = ["task", "budget", "level", "method_a", "method_b", "n", "jaccard"]
 #: Per condition of a curve: the conditions of its rows and the name of its unpruned reference row.
@@ -105,7 +110,9 @@ def _curve_row(task: str, u: Unit, g: pd.DataFrame) -> dict:
     return {"task": task, "condition": u.condition, "method": u.name, "budget": u.budget, "opts": u.opts or "",
             "kind": kind_of(u), "metric": g.metric.iloc[0], "n": int(len(g)), "level": lv["mean"],
             "level_sd": lv["sd"], "level_ci_low": lv_ci[0], "level_ci_high": lv_ci[1], "mean": sc["mean"],
-            "sd": sc["sd"], "ci_low": sc_ci[0], "ci_high": sc_ci[1], "majority": float(g.majority.mean())}
+            "sd": sc["sd"], "ci_low": sc_ci[0], "ci_high": sc_ci[1], "majority": float(g.majority.mean()),
+            "degenerate": int(g.degenerate.astype(bool).sum()),
+            "at_or_below_chance": int((score <= g.majority.to_numpy(float)).sum())}
 
 
 def curves_frame(kept: pd.DataFrame) -> pd.DataFrame:
@@ -120,71 +127,91 @@ def curves_frame(kept: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class _Curve:
-    """One method's curve in one panel: its levels, per-seed areas (or why it has none), per (level, seed) counts."""
+    """One method's curve in one panel: its levels, per-seed areas above chance (``areas``) and normalised areas
+    (``raw``), or why it has none, per (level, seed) counts."""
 
     name: str
     levels: list[str]
     areas: dict[int, float]
     heads: dict[tuple[str, int], int]
     note: str = ""
+    raw: dict[int, float] = field(default_factory=dict)
+    ablation: bool = False
 
 
-def _curve(name: str, cdf: pd.DataFrame, unpruned: dict[int, float]) -> _Curve:
+def _curve(name: str, cdf: pd.DataFrame, unpruned: dict[int, float], majority: dict[int, float]) -> _Curve:
     """The :class:`_Curve` of one method's rows ``cdf`` (its levels); ``areas`` empty and ``note`` set when a
-    level is missing on some seed, or no seed has an unpruned score."""
+    level is missing on some seed, or no seed has an unpruned score above chance."""
     levels = sorted(cdf.budget.unique(), key=budget_key)
     heads = {(b, int(s)): int(h) for b, s, h in zip(cdf.budget, cdf.seed, cdf.heads_pruned)}
     seeds = sorted(int(s) for s in cdf.seed.unique())
+    ablation = bool(ablation_parent(str(cdf.method.iloc[0])))
     gaps = [f"{b} on seed(s) {', '.join(str(s) for s in seeds if (b, s) not in heads)}" for b in levels
             if any((b, s) not in heads for s in seeds)]
     if gaps:
-        return _Curve(name, levels, {}, heads, "missing " + "; ".join(gaps) + ": no area")
-    areas, notes = {}, []
+        return _Curve(name, levels, {}, heads, "missing " + "; ".join(gaps) + ": no area", ablation=ablation)
+    areas, raw, notes = {}, {}, []
     for s in seeds:
         if s not in unpruned:
             notes.append(f"seed {s} has no unpruned score: left out")
             continue
         g = cdf[cdf.seed == s]
         try:
-            areas[s] = normalised_area(_fractions(g), g.score.to_numpy(float), unpruned[s])
-        except ValueError as exc:  # e.g. two levels that pruned the same count
-            return _Curve(name, levels, {}, heads, f"seed {s}: {exc}")
-    return _Curve(name, levels, areas, heads, "; ".join(notes) if areas else "no seed with an unpruned score")
+            raw[s] = normalised_area(_fractions(g), g.score.to_numpy(float), unpruned[s])
+            areas[s] = area_above_chance(_fractions(g), g.score.to_numpy(float), unpruned[s], majority[s])
+        except ValueError as exc:  # two levels that pruned the same count; a reference not above chance
+            if "majority baseline" not in str(exc):
+                return _Curve(name, levels, {}, heads, f"seed {s}: {exc}", ablation=ablation)
+            notes.append(f"seed {s}: {exc}: left out")
+            raw.pop(s, None)
+    note = "; ".join(notes) if areas else "no seed with an unpruned score above chance"
+    return _Curve(name, levels, areas, heads, note, raw, ablation)
 
 
 def _method_row(base: dict, c: _Curve) -> dict:
     if not c.areas:
         return {**base, "kind": "excluded", "method": c.name, "n": 0, "note": c.note}
-    a = np.array(list(c.areas.values()))
+    a, r = np.array(list(c.areas.values())), np.array([c.raw[s] for s in c.areas])
     d, (low, high) = stats.describe(a), stats.mean_ci_t(a)
+    dr, (rlow, rhigh) = stats.describe(r), stats.mean_ci_t(r)
     return {**base, "kind": "method", "method": c.name, "n": d["n"], "mean": d["mean"], "sd": d["sd"],
-            "ci_low": low, "ci_high": high, "note": c.note}
+            "ci_low": low, "ci_high": high, "area_mean": dr["mean"], "area_sd": dr["sd"], "area_ci_low": rlow,
+            "area_ci_high": rhigh, "note": c.note}
 
 
 def _pair_row(base: dict, a: _Curve, b: _Curve, n_boot: int, seed: int) -> tuple[dict, AreaComparison | None]:
     """The row of ``a - b`` (areas paired by seed) and its AreaComparison (None when it is no test)."""
     shared = sorted(set(a.areas) & set(b.areas))
-    row = {**base, "kind": "pair", "method": a.name, "vs": b.name, "n": len(shared)}
+    kind = ABLATION if a.ablation or b.ablation else PAIRWISE
+    row = {**base, "kind": "pair", "method": a.name, "vs": b.name, "n": len(shared),
+           "family": family_id(base["task"], base["condition"], "area", kind)}
     if not shared:
         return {**row, "note": "no shared seed: no test"}, None
     differ = sorted({s for (lv, s), h in a.heads.items() if s in shared and b.heads.get((lv, s), h) != h})
     if differ:
         return {**row, "note": f"head counts differ on seed(s) {', '.join(map(str, differ))}: no test"}, None
     comp = area_comparison([a.areas[s] for s in shared], [b.areas[s] for s in shared], n_boot=n_boot, seed=seed)
+    d = stats.describe(np.array([a.raw[s] - b.raw[s] for s in shared]))
+    low, high = stats.bootstrap_ci([a.raw[s] - b.raw[s] for s in shared], n_boot=n_boot, seed=seed)
     return {**row, "mean": comp.mean, "sd": comp.sd, "ci_low": comp.ci_low, "ci_high": comp.ci_high,
-            "p_exact": comp.p_exact, "min_p": comp.min_p, "note": ""}, comp
+            "p_exact": comp.p_exact, "min_p": comp.min_p, "area_mean": d["mean"], "area_sd": d["sd"],
+            "area_ci_low": low, "area_ci_high": high, "note": ""}, comp
 
 
 def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_boot: int, seed: int) -> list[dict]:
-    """Method, excluded and pair rows of one (task, condition); Holm over its pairs."""
+    """Method, excluded and pair rows of one (task, condition); Holm within each declared family of its pairs
+    (``task/condition/area/pairwise``; pairs with an ablation: ``.../ablation``)."""
     ref = cdf[cdf.unit.map(lambda u: u.name) == reference]
     unpruned = {int(s): float(v) for s, v in zip(ref.seed, ref.score)}
+    majority = {int(s): float(v) for s, v in zip(cdf.seed, cdf.majority)}
     units = [u for u in sorted_units(list(cdf.unit.unique())) if kind_of(u) == "curve"]
     by_name: dict[str, list[Unit]] = {}
     for u in units:
         by_name.setdefault(display_name(u), []).append(u)
-    base = dict.fromkeys(AUC_COLUMNS, math.nan) | {"task": task, "condition": condition, "vs": "", "note": ""}
-    curves = [_curve(name, cdf[cdf.unit.isin(us)], unpruned) for name, us in by_name.items() if len(us) >= 2]
+    base = dict.fromkeys(AUC_COLUMNS, math.nan) | {"task": task, "condition": condition, "vs": "", "family": "",
+                                                   "note": ""}
+    curves = [_curve(name, cdf[cdf.unit.isin(us)], unpruned, majority) for name, us in by_name.items()
+              if len(us) >= 2]
     rows = [_method_row({**base, "levels": ";".join(c.levels)}, c) for c in curves]
     tested = [c for c in curves if c.areas]
     pairs, comps = [], []
@@ -194,18 +221,17 @@ def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_b
             row, comp = _pair_row({**base, "levels": ";".join(a.levels)}, a, b, n_boot, seed)
             pairs.append(row)
             comps.append(comp)
-    real = [c for c in comps if c is not None]
-    adjusted = iter(holm_areas(real))
-    for row, comp in zip(pairs, comps):
-        if comp is not None:
-            row["p_holm"] = next(adjusted).p_holm
+    for family in dict.fromkeys(row["family"] for row in pairs):
+        at = [(row, comp) for row, comp in zip(pairs, comps) if row["family"] == family and comp is not None]
+        for (row, _), adjusted in zip(at, holm_areas([comp for _, comp in at])):
+            row["p_holm"] = adjusted.p_holm
     return rows + pairs
 
 
 def auc_frame(kept: pd.DataFrame, n_boot: int = 10_000, seed: int = 0) -> pd.DataFrame:
     """Areas (:data:`AUC_COLUMNS`) of every curve method with two or more levels, per task and condition (from
     the seed's original score in prune-only, its control's in prune+recover), and every pair of methods that ran
-    the same levels, Holm within the (task, condition)."""
+    the same levels, Holm within each declared family of the (task, condition)."""
     rows = [r for task, condition, cdf, reference in _panels(kept)
             for r in _panel_auc(task, condition, cdf, reference, n_boot, seed)]
     return pd.DataFrame(rows, columns=AUC_COLUMNS)

@@ -17,6 +17,7 @@ from headprune_bench.benchmark.report.analysis import NULL_CONTROL, SUPERSEDED, 
 from headprune_bench.benchmark.report.cells import OTHER_OPTIONS
 from headprune_bench.benchmark.report.crosstask import CrossTaskSummary
 from headprune_bench.benchmark.report.curves import CurveFrames
+from headprune_bench.benchmark.report.families import families_section
 from headprune_bench.benchmark.report.load import RunData
 from headprune_bench.benchmark.report.units import budget_key, short_budget, sorted_methods, task_label
 from headprune_bench.benchmark.store.jsonl import REJECTED
@@ -31,7 +32,8 @@ class Frames:
     """What the documents show beyond the per-task tables: the cross-task ``summary``, the long form of every
     comparison ``comparisons`` (:func:`tables.comparisons_frame`), the numeric ``cost`` frame, wall seconds per
     (task, seed) ``walls``, the ``missing`` cells, the ``option_sets``, the ``plots`` written (PNG and PDF) and, for
-    a folder with a sweep, the ``curves`` (:func:`benchmark.report.curves.curve_frames`)."""
+    a folder with a sweep, the ``curves`` (:func:`benchmark.report.curves.curve_frames`), and the declared
+    ``families`` (:func:`benchmark.report.families.families_frame`)."""
 
     summary: CrossTaskSummary
     comparisons: pd.DataFrame
@@ -41,6 +43,7 @@ class Frames:
     option_sets: pd.DataFrame
     plots: list[Path]
     curves: CurveFrames | None = None
+    families: pd.DataFrame | None = None
 
 
 def table_label(r: GroupResult) -> str:
@@ -63,8 +66,8 @@ def _pairwise_lines(r: GroupResult) -> list[str]:
         return []
     fams = Counter(c.family for c in r.pairwise if c.tested and c.in_family and np.isfinite(c.all.stats.p_exact))
     m = sum(fams.values())
-    within = (f"Holm within each budget level ({m} tested pair(s) in {len(fams)} levels)" if len(fams) > 1
-              else f"Holm over the {m} tested pair(s) of this table")
+    within = (f"Holm within each declared family ({m} tested pair(s) in {len(fams)} "
+              f"famil{'y' if len(fams) == 1 else 'ies'})")
     outside = ", ".join(f"{n} pair(s) with a {why} row" for why in (NULL_CONTROL, SUPERSEDED)
                         if (n := sum(1 for c in r.pairwise if c.tested and c.outside_family == why)))
     outside = f" ({outside} give their exact p outside it)" if outside else ""
@@ -128,13 +131,17 @@ def task_sections(results: list[GroupResult]) -> list[str]:
     return md
 
 
-AREA_TEXT = ("**Area under the curve.** Per seed, the trapezoid area under the score s against the fraction f of "
-             "heads pruned, from the unpruned point (0, s₀) (prune-only: the seed's original; prune+recover: its "
-             "control) through the method's levels f₁ < … < f_K, divided by the range covered f_K: "
-             "A = (1/f_K) Σᵢ (fᵢ − fᵢ₋₁)(sᵢ + sᵢ₋₁)/2, f₀ = 0. A is in score units (× 100 here): a method that "
-             "keeps s₀ at every level has A = s₀. f is each seed's heads pruned / heads total. Mean ± SD over "
-             "seeds, Student-t 95% CI; pairs (methods of the same levels): Δ = row − vs of the per-seed areas, 95% "
-             "percentile bootstrap CI, exact sign-flip p, Holm over the pairs of the task and condition.\n")
+AREA_TEXT = ("**Area above chance (the primary summary).** Per seed, with s the score against the fraction f of "
+             "heads pruned, m the majority-class baseline and s₀ the unpruned reference (prune-only: the seed's "
+             "original; prune+recover: its control): the trapezoid area of max(s − m, 0) from (0, s₀) through the "
+             "method's levels f₁ < … < f_K, divided by f_K and by the reference's margin s₀ − m. 1 = the "
+             "reference's margin kept at every level, 0 = chance or below everywhere; a level below chance counts "
+             "as chance, so the area never ranks how methods fail below it. f is each seed's heads pruned / heads "
+             "total. Mean ± SD over seeds, Student-t 95% CI; pairs (methods of the same levels): Δ = row − vs of "
+             "the per-seed areas, 95% percentile bootstrap CI, exact sign-flip p, Holm within the declared family "
+             "`task/condition/area/pairwise` (pairs with an ablation: `.../ablation`). **Area (secondary).** The "
+             "plain normalised area in score units (× 100), A = (1/f_K) Σᵢ (fᵢ − fᵢ₋₁)(sᵢ + sᵢ₋₁)/2, f₀ = 0, s₀ "
+             "at f₀: shown for reference, not tested.\n")
 
 
 def _points_table(curves: pd.DataFrame) -> pd.DataFrame:
@@ -150,30 +157,51 @@ def _points_table(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _chance_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Degenerate seeds (at or below chance, or one class) per pruned row and level of one (task, condition)."""
+    pruned = rows[rows.kind != "reference"]
+    budgets = sorted(pruned.budget.unique(), key=budget_key)
+    out = []
+    for name in sorted_methods(list(pruned.method)):
+        g = pruned[pruned.method == name]
+        for opts in dict.fromkeys(g.opts):
+            cells = {r.budget: f"{int(r.degenerate)}/{int(r.n)}" for r in g[g.opts == opts].itertuples()}
+            out.append({"method": name + (f" opts={opts}" if opts else ""),
+                        **{short_budget(b): cells.get(b, "") for b in budgets}})
+    return pd.DataFrame(out)
+
+
 def _auc_lines(auc: pd.DataFrame) -> list[str]:
-    """The area and pair tables of one (task, condition), with the smallest p and the excluded methods."""
+    """The area and pair tables of one (task, condition), with the smallest p per family and the excluded methods."""
     md = []
     methods = auc[auc.kind == "method"]
+    pct = tables.num
     if not methods.empty:
         md.append(tables.md_table(pd.DataFrame({
             "method": methods.method, "levels": [", ".join(map(short_budget, v.split(";"))) for v in methods.levels],
-            "n": methods.n.astype(int).astype(str), "area ± SD": [tables.pm(100 * m, 100 * s) for m, s in
-                                                                  zip(methods["mean"], methods.sd)],
-            "95% CI (t)": [f"[{tables.num(100 * a)}, {tables.num(100 * b)}]" if np.isfinite(a) else "—"
-                           for a, b in zip(methods.ci_low, methods.ci_high)]})))
+            "n": methods.n.astype(int).astype(str),
+            "area above chance ± SD": [f"{pct(m, 3)} ± {pct(s, 3)}" for m, s in zip(methods["mean"], methods.sd)],
+            "95% CI (t)": [f"[{pct(a, 3)}, {pct(b, 3)}]" if np.isfinite(a) else "—"
+                           for a, b in zip(methods.ci_low, methods.ci_high)],
+            "area ± SD (secondary)": [tables.pm(100 * m, 100 * s) for m, s in
+                                      zip(methods.area_mean, methods.area_sd)]})))
     pairs = auc[auc.kind == "pair"]
     if not pairs.empty:
         tested = pairs[np.isfinite(pairs.p_exact.astype(float))]
         md.append(tables.md_table(pd.DataFrame({
             "method": pairs.method, "vs": pairs.vs, "n": pairs.n.astype(int).astype(str),
-            "Δ area [95% CI]": [f"{tables.num(100 * m, sign=True)} [{tables.num(100 * a)}, {tables.num(100 * b)}]"
-                                if np.isfinite(m) else "—" for m, a, b in zip(pairs["mean"], pairs.ci_low,
-                                                                              pairs.ci_high)],
+            "Δ area above chance [95% CI]": [f"{pct(m, 3, sign=True)} [{pct(a, 3)}, {pct(b, 3)}]"
+                                             if np.isfinite(m) else "—" for m, a, b in
+                                             zip(pairs["mean"], pairs.ci_low, pairs.ci_high)],
             "p exact": [tables.p_text(p) for p in pairs.p_exact], "p Holm": [tables.p_text(p) for p in pairs.p_holm],
+            "family": pairs.family.str.rsplit("/", n=1).str[-1],
+            "Δ area (secondary)": [tables.num(100 * m, sign=True) for m in pairs.area_mean],
             "note": pairs.note})))
-        for n in sorted(set(tested.n.astype(int))):
-            md.append(f"- n = {n} seeds: smallest exact p {tables.p_text(stats.min_exact_p(n))}; Holm over "
-                      f"{len(tested)} pair(s): smallest Holm p {tables.p_text(stats.min_holm_p(n, len(tested)))}.")
+        for family, g in tested.groupby("family", sort=False):
+            for n in sorted(set(g.n.astype(int))):
+                md.append(f"- `{family}`: n = {n} seeds, {len(g)} tested pair(s): smallest exact p "
+                          f"{tables.p_text(stats.min_exact_p(n))}, smallest Holm p "
+                          f"{tables.p_text(stats.min_holm_p(n, len(g)))}.")
     md += [f"- excluded: {r.method} ({r.levels}): {r.note}." for r in auc[auc.kind == "excluded"].itertuples()]
     return md + [""]
 
@@ -216,7 +244,10 @@ def curves_section(cf: CurveFrames) -> list[str]:
             if rows.empty or not (rows.kind != "reference").any():
                 continue
             metric = METRIC_LABEL.get(rows.metric.iloc[0], rows.metric.iloc[0])
-            md += [f"### Curves, {task_label(task)} ({metric}), {condition}\n", tables.md_table(_points_table(rows))]
+            md += [f"### Curves, {task_label(task)} ({metric}), {condition}\n", tables.md_table(_points_table(rows)),
+                   "", "Degenerate seeds per level (at or below the majority baseline, or one class for > 95% of dev "
+                   "examples; they count as chance in the area above chance):\n",
+                   tables.md_table(_chance_table(rows)), ""]
             md += _auc_lines(cf.auc[(cf.auc.task == task) & (cf.auc.condition == condition)])
         md += _atlas_lines(task, cf)
     return md
@@ -305,7 +336,9 @@ def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: l
     md = header_section(data, results)
     if frames.curves is not None and results:
         md += curves_section(frames.curves)
-    md += task_sections(results) + option_sets_section(frames.option_sets)
+    md += task_sections(results)
+    md += families_section(frames.families) if frames.families is not None else []
+    md += option_sets_section(frames.option_sets)
     if results:
         md += summary_sections(frames, results)
     md += (speed or []) + missing_section(frames.missing, bool(data.planned)) + plots_section(frames.plots)

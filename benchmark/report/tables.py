@@ -275,8 +275,9 @@ def table_notes(r: GroupResult, which: str = "all") -> list[str]:
         return notes
     pmin = stats.min_exact_p(n_max)
     hmin = stats.min_holm_p(n_max, m_max) if m else math.nan
-    within = (f"within each budget level ({m} comparison(s) in {len(fams)} levels, at most {m_max} in one)"
-              if len(fams) > 1 else f"over the {m} comparison(s) of this table")
+    within = (f"within its declared family ({m} comparison(s) in {len(fams)} famil{'y' if len(fams) == 1 else 'ies'}, "
+              f"at most {m_max} in one; "
+              f"the report's \"Families\" section lists them)")
     line = (f"p: exact two-sided sign-flip test over paired seeds, Holm-adjusted {within}. With n = {n_max} paired "
             f"seeds the smallest exact p is {p_text(pmin)}")
     if m:
@@ -311,7 +312,8 @@ def _comparison_row(r: GroupResult, c: Comparison, which: str) -> dict[str, Any]
             "condition": c.target.condition, "opts": c.target.opts or "", "vs": c.reference.label,
             "kind": c.kind, "seeds": "all" if which == "all" else "survivors",
             "n": s.n, "n_excluded": c.n_excluded if which == "survivors" else 0,
-            "tested": c.tested, "in_family": c.in_family, "outside_family": c.outside_family, "holm_level": c.family,
+            "tested": c.tested, "in_family": c.in_family, "outside_family": c.outside_family, "holm_level": c.level,
+            "family": c.family,
             "count_mismatch_seeds": " ".join(map(str, c.count_mismatch)),
             "mean_a": s.mean_a, "mean_b": s.mean_b, "mean_diff": s.mean_diff, "sd_diff": s.sd_diff,
             "ci_low": s.ci_low, "ci_high": s.ci_high, "ci2_low": two.low, "ci2_high": two.high,

@@ -93,6 +93,15 @@ def method_rank(name: str, registry: dict[str, Any] | None = None) -> tuple:
     return (group, 0.0 if order is None else float(order), head, 1 if ablated else 0, name)
 
 
+def ablation_parent(name: str, registry: dict[str, Any] | None = None) -> str | None:
+    """The method ``name`` is an ablation of (its registered class's ``ablation_of``), or None: not an ablation,
+    not registered, or a report row (original, control)."""
+    if name in (ORIGINAL, CONTROL_NAME):
+        return None
+    cls = (_registry() if registry is None else registry).get(name)
+    return getattr(cls, "ablation_of", None) if cls is not None else None
+
+
 def _fixed_color(name: str, registry: dict[str, Any]) -> str | None:
     return REPORT_COLORS.get(name) or getattr(registry.get(name), "report_color", None)
 

@@ -1,5 +1,6 @@
-"""Accuracy-sparsity curves: the normalised area under a score curve, paired comparisons of per-seed areas, and the
-Jaccard overlap of pruned head sets with its exact expectation for random sets (hypergeometric)."""
+"""Accuracy-sparsity curves: the normalised area under a score curve and the area above chance, paired comparisons
+of per-seed areas, and the Jaccard overlap of pruned head sets with its exact expectation for random sets
+(hypergeometric)."""
 from __future__ import annotations
 
 import math
@@ -37,6 +38,28 @@ def normalised_area(fractions: Sequence[float], scores: Sequence[float], unprune
     x = np.r_[0.0, f[order]]
     y = np.r_[float(unpruned_score), s[order]]
     return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2) / x[-1])
+
+
+def area_above_chance(fractions: Sequence[float], scores: Sequence[float], unpruned_score: float,
+                      majority: float) -> float:
+    """The share of the unpruned model's margin over chance that a curve keeps: the :func:`normalised_area` of
+    ``max(score - majority, 0)`` at each point (the unpruned point included), divided by
+    ``unpruned_score - majority``. 1: the unpruned margin kept at every level; 0: chance or below everywhere; a
+    curve above the unpruned score exceeds 1. Points are clipped before the trapezoids, so a level below chance
+    counts as chance, never as a loss below it.
+
+    Raises:
+        ValueError: as :func:`normalised_area`; or ``unpruned_score <= majority`` (no margin to keep) or a NaN
+            ``majority``.
+    """
+    if not (math.isfinite(majority) and math.isfinite(unpruned_score)):
+        raise ValueError(f"majority {majority} and unpruned score {unpruned_score} must be finite")
+    margin = float(unpruned_score) - float(majority)
+    if margin <= 0:
+        raise ValueError(f"the unpruned score {unpruned_score:g} is not above the majority baseline {majority:g}: "
+                         "no margin over chance to keep")
+    above = np.maximum(np.asarray(scores, dtype=float) - majority, 0.0)
+    return normalised_area(fractions, above, margin) / margin
 
 
 @dataclass(frozen=True)

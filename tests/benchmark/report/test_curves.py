@@ -41,10 +41,30 @@ def score(records, task, seed, method, budget, condition):
     return r["score"]
 
 
-def areas_by_hand(records, task, method, condition, seeds=range(6)):
+def raw_areas_by_hand(records, task, method, condition, seeds=range(6)):
     ref_method, ref_condition = REFERENCE[condition]
     return {s: normalised_area([0.25, 0.5, 0.75], [score(records, task, s, method, b, condition) for b in LEVELS],
                                score(records, task, s, ref_method, "none", ref_condition)) for s in seeds}
+
+
+def majority(records, task, seed):
+    (r,) = [r for r in records if (r["task"], r["seed"], r["method"], r["condition"])
+            == (task, seed, "original", "prune-only")]
+    return r["majority_baseline"][r["primary_metric"]]
+
+
+def areas_by_hand(records, task, method, condition, seeds=range(6)):
+    """The areas above chance, written out: clip each point at the majority, trapezoids over f = 0, .25, .5, .75,
+    divided by the range .75 and by the reference's margin."""
+    ref_method, ref_condition = REFERENCE[condition]
+    out = {}
+    for s in seeds:
+        m = majority(records, task, s)
+        s0 = score(records, task, s, ref_method, "none", ref_condition)
+        y = [max(v - m, 0.0) for v in [s0, *(score(records, task, s, method, b, condition) for b in LEVELS)]]
+        area = sum(0.25 * (y[i] + y[i + 1]) / 2 for i in range(3))
+        out[s] = area / 0.75 / (s0 - m)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +82,8 @@ def test_area_rows_are_the_normalised_areas_of_the_records(sweep):
         assert row.n == 6 and row.levels == ";".join(LEVELS)
         assert row.mean == pytest.approx(np.mean(areas)) and row.sd == pytest.approx(np.std(areas, ddof=1))
         assert (row.ci_low, row.ci_high) == pytest.approx(stats.mean_ci_t(areas))
+        raw = list(raw_areas_by_hand(records, row.task, row.method, row.condition).values())
+        assert row.area_mean == pytest.approx(np.mean(raw)) and row.area_sd == pytest.approx(np.std(raw, ddof=1))
 
 
 def test_pair_p_is_the_sign_flip_p_of_the_area_differences_with_holm_over_the_pairs(sweep):
@@ -170,9 +192,10 @@ def test_holm_runs_within_each_budget_level_of_a_sweep(tmp_path):
     for r in full:
         for family in (r.comparisons, r.pairwise):
             tested = [c for c in family if c.tested and c.in_family]
-            assert set(LEVELS) <= {c.family for c in tested}
-            for level in {c.family for c in tested}:
-                at = [c for c in tested if c.family == level]
+            assert set(LEVELS) <= {c.level for c in tested}
+            assert all(c.family.split("/")[2] == c.level for c in tested)
+            for family_id in {c.family for c in tested}:
+                at = [c for c in tested if c.family == family_id]
                 np.testing.assert_allclose([c.all.p_holm for c in at],
                                            multipletests([c.all.stats.p_exact for c in at], method="holm")[1])
                 checked += len(at) > 1
@@ -180,5 +203,5 @@ def test_holm_runs_within_each_budget_level_of_a_sweep(tmp_path):
     key = {(r.task, r.group, c.target.label, c.reference.label): c.all.p_holm for r in part
            for c in (*r.comparisons, *r.pairwise) if c.tested}
     same = [(key[(r.task, r.group, c.target.label, c.reference.label)], c.all.p_holm) for r in full
-            for c in (*r.comparisons, *r.pairwise) if c.tested and c.family in LEVELS[:2]]
+            for c in (*r.comparisons, *r.pairwise) if c.tested and c.level in LEVELS[:2]]
     assert len(same) > 5 and all(a == pytest.approx(b) for a, b in same)

@@ -402,7 +402,9 @@ def test_against_all_compares_every_pair(tmp_path):
     assert len(allc) == 6  # 4 rows -> 4*3/2 pairs
     # named references stay references: 3 vs original, 2 vs auber (random, michel), 1 plain pair (random - michel)
     assert allc.kind.value_counts().to_dict() == {"original": 3, "auber": 2, "pair": 1}
-    np.testing.assert_allclose(allc.p_holm, multipletests(allc.p_exact, method="holm")[1])
+    for _, fam in allc.groupby("family"):  # Holm within each declared family (level, kind)
+        np.testing.assert_allclose(fam.p_holm, multipletests(fam.p_exact, method="holm")[1])
+    assert set(allc[allc.kind == "pair"].family) == {"rte/prune-only/fraction:0.5/pairwise"}
     assert not (out / "report.md").exists() and not (out / "tables.tex").exists()
 
 
@@ -482,7 +484,8 @@ def test_pairwise_tests_only_rows_with_equal_head_counts_with_holm_among_them(tm
         d = [r.unit_stats[c.target].scores[s] - r.unit_stats[c.reference].scores[s] for s in c.seeds]
         assert c.all.stats.p_exact == pytest.approx(stats.sign_flip_test(d)["p"])
     md = (build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50) / "report.md").read_text()
-    assert "**RTE pairwise**" in md and "counts differ (6/6 seeds)" in md and "Holm over the 3 tested pair(s)" in md
+    assert "**RTE pairwise**" in md and "counts differ (6/6 seeds)" in md
+    assert "(3 tested pair(s) in 1 family)" in md
     cf = pd.read_csv(run / "report" / "comparisons.csv")
     assert len(cf[(cf.kind == "pair") & (cf.seeds == "all")]) == 6
     assert set(cf[(cf.kind == "pair") & ~cf.tested].count_mismatch_seeds) == {"0 1 2 3 4 5"}
@@ -500,16 +503,18 @@ def test_null_reward_control_rows_give_exact_p_outside_every_holm_family(tmp_pat
         outside = [c for c in (*r.comparisons, *r.pairwise) if "auber-null" in (c.target.name, c.reference.name)]
         assert outside and all(not c.in_family and np.isnan(c.all.p_holm) for c in outside)
         assert all(np.isfinite(c.all.stats.p_exact) for c in outside if c.tested)
-        for family in (r.comparisons, r.pairwise):
-            inside = [c for c in family if c.in_family and c.tested]
-            assert all("auber-null" not in (c.target.name, c.reference.name) for c in inside)
-            np.testing.assert_allclose([c.all.p_holm for c in inside],
-                                       multipletests([c.all.stats.p_exact for c in inside], method="holm")[1])
+        inside = [c for c in (*r.comparisons, *r.pairwise) if c.in_family and c.tested]
+        assert all("auber-null" not in (c.target.name, c.reference.name) for c in inside)
+        for family_id in {c.family for c in inside}:
+            at = [c for c in inside if c.family == family_id]
+            np.testing.assert_allclose([c.all.p_holm for c in at],
+                                       multipletests([c.all.stats.p_exact for c in at], method="holm")[1])
     build_report([run], plots=False, echo=False, n_boot=200, n_boot_examples=50)
     md = (run / "report" / "report.md").read_text()
     headline = md[md.index("## RTE (acc) — headline"):md.index("## RTE (acc) — prune-only")]
+    fams = {c.family for c in results[0].comparisons if c.in_family and c.tested}
     m = sum(1 for c in results[0].comparisons if c.in_family and c.tested)
-    assert f"Holm-adjusted over the {m} comparison(s)" in headline and "null control, exact" in headline
+    assert f"({m} comparison(s) in {len(fams)} families" in headline and "null control, exact" in headline
     cf = pd.read_csv(run / "report" / "comparisons.csv")
     assert set(cf[cf.method == "auber-null"].in_family) == {False} and cf[cf.method == "auber-null"].p_holm.isna().all()
 
