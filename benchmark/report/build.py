@@ -12,6 +12,7 @@ from headprune_bench.benchmark.report.crosstask import cross_task_summary
 from headprune_bench.benchmark.report.curve_plots import plot_atlas, plot_curves
 from headprune_bench.benchmark.report.curves import CurveFrames, curve_frames, has_sweep
 from headprune_bench.benchmark.report.families import families_frame
+from headprune_bench.benchmark.report.findings import findings_markdown
 from headprune_bench.benchmark.report.load import RunData, load_runs, warn
 from headprune_bench.benchmark.report.plots import make_plots, palette
 from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL
@@ -136,6 +137,9 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
 
     if "md" in fmts:
         (out_dir / "report.md").write_text(text, encoding="utf-8")
+        curves = frames.curves
+        (out_dir / "findings.md").write_text(findings_markdown(data, results, curves.auc if curves else None,
+                                                               curves.curves if curves else None), encoding="utf-8")
     if "csv" in fmts:
         write_csv(out_dir, results, frames)
         if rows:
