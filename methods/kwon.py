@@ -30,13 +30,15 @@ class _Kwon(HeadPruner):
     conformance_options = {"sample_size": 16, "batch_size": 8}
 
     def sample(self, context: PruningContext) -> list[int]:
-        """The sample's example indices: ``min(sample_size, n)`` of the split, drawn without replacement with the
-        cell's seed (the official code draws 2048 with replacement; WNLI has 635 train examples)."""
+        """The sample's example indices in the order they are batched: ``min(sample_size, n)`` of the split,
+        drawn without replacement with the cell's seed and kept in the order drawn, so each minibatch is a random
+        subset of the split, as in the official code (``np.random.choice`` with replacement, in the order drawn;
+        WNLI has 635 train examples, which 2048 draws with replacement would repeat ~3 times each)."""
         n = context.num_examples(self.options["split"])
         if n == 0:
             raise ValueError(f"{self.name}: the split {self.options['split']!r} is empty")
         order = torch.randperm(n, generator=context.generator(salt=40))
-        return sorted(order[: min(self.options["sample_size"], n)].tolist())
+        return order[: min(self.options["sample_size"], n)].tolist()
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Fisher search of the ``target_heads`` heads to prune, then the stages of this name; weights untouched.
