@@ -111,10 +111,10 @@ class KwonPruner(_Kwon):
 
     Options: sample_size (int, 2048): examples of ``split`` (str, "train") in the Fisher pass and the tuning;
     batch_size (int, 32): examples per mask gradient (the Fisher depends on it); teacher (str, "sqrt": the search at
-    the square root of the kept share, as the official code; or "unpruned"); lsmr_maxiter (int, 100000; 0: LSMR's
-    default of n iterations, as the official code; docs/methods.md says why the default differs). The result's
-    ``head_scales`` are the tuned kept heads' scales (evaluation and recovery apply them; export folds them into the
-    weights). Raises OptionError at construction.
+    the square root of the kept share, as the official code; or "unpruned"); lsmr_maxiter (int, 100000; 0: the
+    official code's limit, CuPy's default of 5 n iterations for the n x n system; docs/methods.md says why the
+    default differs). The result's ``head_scales`` are the tuned kept heads' scales (evaluation and recovery apply
+    them; export folds them into the weights). Raises OptionError at construction.
     Precision: the Fisher pass's forward passes under ``context.autocast`` (bf16 under ``--precision bf16``), its
     loss and gradients in float32, the Fisher and the rearrangement in float64; the mask tuning (layer outputs and
     least squares) always in float32/float64: its residuals are differences of near-equal sums, which bf16's 8

@@ -113,11 +113,18 @@ def teacher_heads_kept(total: int, kept: int) -> int:
     return min(total, math.floor(total * math.sqrt(kept / total) + 1e-9))
 
 
+def official_lsmr_maxiter(m: int, n: int) -> int:
+    """The iteration limit of the official solver: it calls CuPy's ``cupyx.scipy.sparse.linalg.lsmr`` without
+    ``maxiter``, whose default is ``5 * min(m, n)`` for an ``m x n`` system (SciPy's default is ``min(m, n)``)."""
+    return 5 * min(m, n)
+
+
 def solve_scales(ata: torch.Tensor, atb: torch.Tensor, damp: float = 1.0,
                  maxiter: int = 0) -> tuple[torch.Tensor, int]:
     """The official solver (``utils/linalg.py`` ``lsmr_cupy_solver``): ``s = 1 + x`` with ``x`` LSMR's minimiser of
     ``||ata x - (atb - ata 1)||^2 + damp^2 ||x||^2`` (a ridge toward 1), default tolerances; ``maxiter`` LSMR
-    iterations (0: LSMR's default, ``n``, as the official code).
+    iterations (0: the official code's limit, CuPy's default ``5 n`` for the ``n x n`` system,
+    :func:`official_lsmr_maxiter`), in float64 (the official code: CuPy on A's float32).
 
     Returns:
         (float64 ``[n]`` s, LSMR's ``istop``; the official code accepts ``istop < 3``).
@@ -126,7 +133,8 @@ def solve_scales(ata: torch.Tensor, atb: torch.Tensor, damp: float = 1.0,
     rhs = atb.detach().cpu().double() - ata.sum(dim=1)
     if rhs.numel() == 1:
         return 1.0 + rhs / ata[0, 0], 1
-    out = lsmr(ata.numpy(), rhs.numpy(), damp=damp, maxiter=maxiter or None)
+    limit = maxiter or official_lsmr_maxiter(*ata.shape)
+    out = lsmr(ata.numpy(), rhs.numpy(), damp=damp, maxiter=limit)
     return 1.0 + torch.from_numpy(np.asarray(out[0], dtype=np.float64)), int(out[1])
 
 

@@ -208,14 +208,31 @@ def test_tuning_stops_at_a_failed_solve_or_a_scale_beyond_ten(monkeypatch):
         assert bool((result.scales[2] == 1).all())
 
 
-def test_the_default_lsmr_iterations_follow_the_paper_and_zero_gives_the_official_default():
+def test_the_default_lsmr_iterations_follow_the_paper_and_zero_gives_the_official_cupy_limit(monkeypatch):
+    """``lsmr_maxiter=0`` is the official code's limit: it calls CuPy's LSMR without ``maxiter``, whose default is
+    5 min(m, n), not SciPy's min(m, n). This 9 x 9 system (cond ~1e4) needs 16 iterations: more than n = 9 (SciPy's
+    default stops it with istop 7), fewer than 5 n = 45."""
     assert KwonPruner().options["lsmr_maxiter"] == 100_000
+    assert stages.official_lsmr_maxiter(9, 9) == 45 and stages.official_lsmr_maxiter(200, 9) == 45
     g = torch.Generator().manual_seed(0)
     a = torch.randn(200, 9, generator=g, dtype=torch.float64) * torch.logspace(0, 2, 9, dtype=torch.float64)
     ata, atb = a.t() @ a, a.t() @ torch.randn(200, generator=g, dtype=torch.float64)
-    _, istop_default = stages.solve_scales(ata, atb, maxiter=0)
+    calls = []
+    real = stages.lsmr
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append((kwargs["maxiter"], out[1], out[2]))  # the limit passed, istop, iterations used
+        return out
+
+    monkeypatch.setattr(stages, "lsmr", recording)
+    _, istop_official = stages.solve_scales(ata, atb, maxiter=0)
+    _, istop_scipy_default = stages.solve_scales(ata, atb, maxiter=9)
     _, istop_long = stages.solve_scales(ata, atb, maxiter=100_000)
-    assert istop_default == 7 and istop_long < 3  # n iterations are not enough for this 9 x 9 system (cond ~1e4)
+    assert [c[0] for c in calls] == [45, 9, 100_000]
+    assert istop_official == 1 and 9 < calls[0][2] <= 45  # converged, after more than n iterations
+    assert istop_scipy_default == 7 and calls[1][2] == 9
+    assert istop_long == 1 and calls[2][2] == calls[0][2]
 
 
 def test_kwon_result_scales_and_trace():
