@@ -2,7 +2,7 @@
 
 An invocation starts at its ``started`` in ``runs.jsonl`` and ends at the last timestamp before the next one
 starts, among the records' ``finished_at``, ``failures.jsonl``'s ``time`` and the timestamped lines of ``run.log``
-and ``run-*.log``. A lower bound: a sitting that ran on until its session ended lost its running cells after its
+and ``logs/run-*.log``. A lower bound: a sitting that ran on until its session ended lost its running cells after its
 last timestamp.
 
     python results/quick-protocol2/wallclock.py [DIR]
@@ -31,7 +31,7 @@ def events(folder: Path) -> list[datetime]:
     """Every timestamp the folder holds: records, failures, log lines (UTC)."""
     found = [_utc(r["finished_at"]) for r in _jsonl(folder / "records.jsonl")]
     found += [_utc(f["time"]) for f in _jsonl(folder / "failures.jsonl") if f.get("time")]
-    for log in [folder / "run.log", *sorted(folder.glob("run-*.log"))]:
+    for log in [folder / "run.log", *sorted(folder.glob("logs/run-*.log"))]:
         for line in log.read_text(errors="replace").splitlines():
             if m := LOG_TIME.match(line):
                 found.append(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc))
