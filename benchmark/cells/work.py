@@ -33,6 +33,7 @@ from headprune_bench.benchmark.store.records import (
     CellKey,
     Cost,
     Record,
+    read_ids,
 )
 from headprune_bench.benchmark.training import Counter
 from headprune_bench.methods.base import HeadPruner, PruningResult
@@ -271,7 +272,7 @@ class CellWork:
             return None
         if not bench.base_checked:
             bench.base_checked = True
-            stored = [int(p) for p in original_record["predictions"]]
+            stored = [int(p) for p in read_ids(original_record["predictions"])]  # (a list, or compact from schema 4)
             try:
                 now = [int(p) for p in cell.evaluate_on_dev(bench, bench.base, None, Counter()).predictions]
             except Exception as exc:  # noqa: BLE001 - an advisory check; the record it would mark is computed

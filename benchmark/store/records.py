@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 from headprune_bench.benchmark.config.presets import config_hash
 
-SCHEMA = 2
-"""The schema version :class:`Record` writes."""
+SCHEMA = 4
+"""The schema version :class:`Record` writes (4: ``predictions`` and ``labels`` in the compact form,
+:func:`compact_ids`)."""
+COMPACT_SCHEMA = 4
+"""The first schema whose writer stores ``predictions`` and ``labels`` as :func:`compact_ids` strings; a record of an
+older schema is written back with the lists it was read with."""
+IDS_PREFIX = "ids:"
+"""The start of a compact ``predictions`` / ``labels`` string: a string of digits alone would be read as a number
+by ``pandas.read_json``."""
 
 # --------------------------------------------------------------------------- shared names (one home each)
 
@@ -71,6 +79,33 @@ def _protocol1_weights(d: dict[str, Any], condition: str) -> str:
     except Exception:  # noqa: BLE001 - an unregistered method or an option it no longer has
         return "unknown"
     return "own+recovery" if own else "base+recovery"
+
+
+def compact_ids(values: list[int]) -> str | list[int]:
+    """The stored form of per-example class ids (``predictions``, ``labels``) from schema 4 on: :data:`IDS_PREFIX`
+    and one digit per example (``"ids:0110"`` for ``[0, 1, 1, 0]``) when the list is not empty and every value is
+    an integer from 0 to 9; else the list itself. One byte an example instead of three, one line still one JSON
+    object."""
+    if values and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= 9 for v in values):
+        return IDS_PREFIX + bytes(int(v) + 48 for v in values).decode("ascii")
+    return values
+
+
+def read_ids(value: Any, name: str = "predictions") -> Any:
+    """Per-example class ids as a record stores them (field ``name``), read: a :func:`compact_ids` string as the list
+    of ints it holds (in a record of any schema); a list (or any other value, which the store refuses) as it is;
+    a missing one as ``[]``.
+
+    Raises:
+        ValueError: a string that is not :data:`IDS_PREFIX` followed by digits; the message names ``name``.
+    """
+    if not isinstance(value, str):
+        return value or []
+    digits = value[len(IDS_PREFIX):]
+    if not value.startswith(IDS_PREFIX) or not digits.isascii() or (digits and not digits.isdigit()):
+        excerpt = value if len(value) <= 24 else value[:21] + "..."
+        raise ValueError(f"{name} {excerpt!r} is neither a list nor {IDS_PREFIX!r} followed by digits")
+    return [b - 48 for b in digits.encode("ascii")]
 
 
 def layers_emptied(mask: list[list[int]]) -> int:
@@ -181,7 +216,8 @@ class Record:
 
     Scores are fractions (accuracy in [0, 1], MCC in [-1, 1]); ``mask`` and ``scores`` are ``[L][H]`` lists
     (1 keep, 0 prune); ``head_scales`` (``[L][H]`` or None) the kept heads' scales of a scaled mask, which the
-    cell's model applies; ``predictions`` and ``labels`` are the dev set's, per example.
+    cell's model applies; ``predictions`` and ``labels`` are the dev set's class ids, per example (lists in
+    memory; stored as :func:`compact_ids` strings from schema 4).
     """
 
     task: str
@@ -238,6 +274,8 @@ class Record:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         if self.head_scales is None:  # only a scaled mask writes the field
             del out["head_scales"]
+        if self.schema >= COMPACT_SCHEMA:  # an older record writes back the lists it was read with
+            out["predictions"], out["labels"] = compact_ids(self.predictions), compact_ids(self.labels)
         out["budget"] = dataclasses.asdict(self.budget)
         out["cost"] = self.cost.as_dict()
         return {**self.extra, **out}
@@ -274,8 +312,8 @@ class Record:
             majority_baseline=d.get("majority_baseline") or {}, degenerate=bool(d.get("degenerate", False)),
             degenerate_reason=d.get("degenerate_reason"),
             predicted_class_share=float(d.get("predicted_class_share", math.nan)),
-            predictions=d.get("predictions") or [], labels=d.get("labels") or [], splits=d.get("splits") or {},
-            trace=d.get("trace") or {},
+            predictions=read_ids(d.get("predictions")), labels=read_ids(d.get("labels"), "labels"),
+            splits=d.get("splits") or {}, trace=d.get("trace") or {},
             cost=Cost(**{k: cost[k] for k in ("wall_s", "prune_wall_s", "device", "forward_examples",
                                               "backward_examples", "machine", "threads") if k in cost}),
             provenance=d.get("provenance") or {}, started_at=d.get("started_at", ""),

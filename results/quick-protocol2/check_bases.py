@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from headprune_bench.benchmark.store.records import read_ids
 from headprune_bench.benchmark.tasks import load_task
 from headprune_bench.benchmark.tasks.metrics import compute_metrics
 from headprune_bench.benchmark.tasks.specs import get_task
@@ -49,8 +50,8 @@ def main() -> None:
         model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
         dev = encode(load_task(spec, args.data_dir)["validation"], spec, tokenizer, experiment["max_length"])
         preds = predict(model, dev, tokenizer, torch.device("cpu"))
-        old = np.asarray(record["predictions"])
-        score = compute_metrics(spec, preds, np.asarray(record["labels"]))[record["primary_metric"]]
+        old = np.asarray(read_ids(record["predictions"]))  # a list, or compact (schema 4)
+        score = compute_metrics(spec, preds, np.asarray(read_ids(record["labels"], "labels")))[record["primary_metric"]]
         print(f"{base.name}: {int((preds != old).sum())} of {len(old)} dev predictions differ from the record's; "
               f"{record['primary_metric']} {score:.6f} now, {record['score']:.6f} recorded")
 

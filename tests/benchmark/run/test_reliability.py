@@ -36,7 +36,7 @@ from headprune_bench.benchmark.report.summary import markdown, summarize
 from headprune_bench.benchmark.run.runner import Runner
 from headprune_bench.benchmark.store import jsonl as store_mod
 from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, append_jsonl, scan_jsonl
-from headprune_bench.benchmark.store.records import BASE_DIFFERS
+from headprune_bench.benchmark.store.records import BASE_DIFFERS, read_ids
 from headprune_bench.methods import Interval, OptionError
 from headprune_bench.methods.conformance import check_option_constraints
 from headprune_bench.methods.registry import shipped_methods
@@ -587,7 +587,7 @@ def test_a_clone_holding_only_the_base_models_train_info_trains_it_again(smoke, 
     assert original["method"] == "original"
     # the random cell is to do again; the stored original record's 64 dev predictions inverted, so that the check
     # of the base model fine-tuned again against it can be seen: all 64 differ iff it predicts as the first one did
-    original["predictions"] = [1 - p for p in original["predictions"]]
+    original["predictions"] = [1 - p for p in read_ids(original["predictions"])]
     (folder / "records.jsonl").write_text(json.dumps(original) + "\n")
     base = folder / "base" / "wnli-seed0"
     for item in base.iterdir():
@@ -617,7 +617,7 @@ def test_a_resumed_seed_on_another_base_model_is_warned_about_and_its_records_sa
     folder = tmp_path / "copy"
     shutil.copytree(smoke, folder)
     original = _lines(folder / "records.jsonl")[0]
-    assert json.loads(original)["method"] == "original" and len(json.loads(original)["predictions"]) == 64
+    assert json.loads(original)["method"] == "original" and len(read_ids(json.loads(original)["predictions"])) == 64
     (folder / "records.jsonl").write_text(original)
     negate_classifier(folder / "base" / "wnli-seed0")
     res = CliRunner().invoke(main, [*smoke_run_args(), "--tasks", "wnli", "--methods", "random",

@@ -20,6 +20,7 @@ from headprune_bench.benchmark.execution.resolve import resolve_execution
 from headprune_bench.benchmark.provenance import machine_name
 from headprune_bench.benchmark.run.runner import Runner
 from headprune_bench.benchmark.store.jsonl import RecordStore
+from headprune_bench.benchmark.store.records import SCHEMA, read_ids
 
 METHODS = "random,confidence,michel"
 TASKS = "wnli,mrpc"
@@ -57,7 +58,7 @@ def test_records_carry_the_protocol_fields(smoke_run, glue_dir):
             assert field in r, field
         assert len(r["mask"]) == 6 and all(len(row) == 12 for row in r["mask"])
         assert r["heads_pruned"] == sum(v == 0 for row in r["mask"] for v in row) == r["budget"]["achieved"]
-        assert len(r["predictions"]) == len(r["labels"]) == r["splits"]["dev"] == 64
+        assert len(read_ids(r["predictions"])) == len(read_ids(r["labels"])) == r["splits"]["dev"] == 64
         assert r["splits"]["mini_dev"] == 16 and r["splits"]["mini_train"] == 48
         assert {"git_commit", "versions", "model_revision", "data_hashes", "config_hash"} <= set(r["provenance"])
         assert r["cost"]["device"] == "cpu" and r["cost"]["wall_s"] > 0
@@ -307,9 +308,10 @@ def test_every_mask_is_evaluated_on_the_base_weights_and_own_weights_are_a_separ
         assert retrains["weights"] == same["weights"] == weights and not retrains["retrained"]
     own = recs[("test-retrains", "own-fine-tuning")]
     assert own["weights"] == "own" and own["retrained"] and own["mask"] == recs[("test-retrains", "prune-only")]["mask"]
-    assert set(own["predictions"]) == {0} != set(recs[("test-retrains", "prune-only")]["predictions"])
+    assert set(read_ids(own["predictions"])) == {0} != \
+        set(read_ids(recs[("test-retrains", "prune-only")]["predictions"]))
     assert own["cost"]["prune_wall_s"] == recs[("test-retrains", "prune-only")]["cost"]["prune_wall_s"]  # reused
-    assert all(r["layers_emptied"] == 0 and r["schema"] == 2 for r in recs.values())
+    assert all(r["layers_emptied"] == 0 and r["schema"] == SCHEMA for r in recs.values())
 
 
 def test_a_resumed_run_recovers_the_stored_mask_and_prunes_again_only_for_own_weights(tmp_path, glue_dir):

@@ -48,6 +48,7 @@ def test_bench_export_writes_the_model_the_cell_evaluated(smoke_run, glue_dir, t
     from headprune_bench.benchmark import training
     from headprune_bench.benchmark.cli import main
     from headprune_bench.benchmark.run.runner import Runner
+    from headprune_bench.benchmark.store.records import read_ids
     from headprune_bench.benchmark.tasks import get_task
 
     out = tmp_path / "export"
@@ -68,7 +69,7 @@ def test_bench_export_writes_the_model_the_cell_evaluated(smoke_run, glue_dir, t
         _, predictions = training.evaluate(loaded, data.dev, data.spec, runner.tokenizer, torch.device("cpu"))
     finally:
         runner.close()
-    assert predictions.tolist() == record["predictions"]
+    assert predictions.tolist() == read_ids(record["predictions"])
 
 
 def test_a_scaled_mask_is_exported_as_the_base_model_under_that_scaled_mask(smoke_run, glue_dir, tmp_path):

@@ -37,7 +37,7 @@ from headprune_bench.benchmark.execution.time_limit import MARGIN, CellTimes
 from headprune_bench.benchmark.provenance import machine_name
 from headprune_bench.benchmark.run.runner import Runner
 from headprune_bench.benchmark.store.jsonl import RecordStore
-from headprune_bench.benchmark.store.records import BASE_DIFFERS, Record
+from headprune_bench.benchmark.store.records import BASE_DIFFERS, Record, read_ids
 from headprune_bench.methods.registry import in_methods_all, shipped_methods
 
 SETTER = fakes.SlowSetter.name
@@ -140,7 +140,7 @@ def _redo_random_cells(folder: Path, glue_dir, invert_stored: bool) -> list[tupl
     for line in (folder / "records.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record["method"] == "original" and record["condition"] == "prune-only" and invert_stored:
-            record["predictions"] = [1 - p for p in record["predictions"]]
+            record["predictions"] = [1 - p for p in read_ids(record["predictions"])]
         if record["method"] != "random":
             kept.append(json.dumps(record) + "\n")
     (folder / "records.jsonl").write_text("".join(kept))
