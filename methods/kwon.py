@@ -88,7 +88,7 @@ class _Kwon(HeadPruner):
                              "tuned_layers": tuning.tuned, "skipped_layers": tuning.skipped,
                              "stopped_at_layer": tuning.stopped_at, "stop_reason": tuning.reason,
                              "lsmr_istop": {str(k): v for k, v in tuning.istop.items()},
-                             "ffn_rescaling": False}
+                             "cached_layer_inputs": tuning.cached_inputs, "ffn_rescaling": False}
             timings["tune_wall_s"] = round(time.time() - start, 3)
         trace["timings"] = timings
         return PruningResult(mask=mask, scores=fisher, head_scales=head_scales, trace=trace)

@@ -211,9 +211,116 @@ def layer_normal_equations(dense: nn.Linear, teacher: LayerCapture, student: Lay
     return ata, atb
 
 
+def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+class LayerChain:
+    """The encoder's layers run one at a time on cached inputs, as the official code's ``collect_layer_inputs``:
+    for each batch, what the encoder gives layer 0 (its hidden states and the other arguments: attention mask,
+    DeBERTa's relative positions, ...) is captured once; layer ``l`` then runs on the hidden states that layer
+    ``l - 1`` returned, with layer 0's other arguments. This assumes the encoder hands each layer's output to the
+    next unchanged and gives every layer the same other arguments; :meth:`reproduces_forward` checks it (DeBERTa-v2
+    with ``conv_kernel_size`` adds a convolution after layer 0, which breaks it). Passes run without gradients
+    under the head mask each call is given; the model's mode is the caller's (eval).
+    """
+
+    def __init__(self, model: nn.Module, batches: list[Batch]):
+        self.model, self.batches = model, batches
+        self.layout = get_layout(model)
+        self.layers = self.layout.encoder_layers()
+        self.entries = [self._entry(batch) for batch in batches]
+
+    def _entry(self, batch: Batch) -> tuple[tuple, dict]:
+        seen: dict = {}
+
+        def take(module, args, kwargs):
+            seen["args"], seen["kwargs"] = args, kwargs
+            raise _Stop
+
+        handle = self.layers[0].register_forward_pre_hook(take, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                self.model(**model_inputs(batch))
+        except _Stop:
+            pass
+        finally:
+            handle.remove()
+        return seen["args"], seen["kwargs"]
+
+    def first_input(self, index: int) -> torch.Tensor:
+        """Layer 0's input hidden states of batch ``index`` (the embeddings' output: no head mask acts there)."""
+        return _hidden_of(*self.entries[index]).detach()
+
+    def run(self, layer: int, index: int, hidden: torch.Tensor, mask: torch.Tensor, ctx: bool = False,
+            output: bool = True) -> tuple[torch.Tensor | None, LayerCapture | None]:
+        """Layer ``layer`` on batch ``index``'s input hidden states ``hidden`` under the ``[L, H]`` head ``mask``.
+
+        Returns:
+            (with ``output``, the layer's output hidden states, else None: the pass stops at the layer's attention
+            output projection; with ``ctx``, :class:`LayerCapture` of ``hidden`` and what enters that projection
+            before any gate, else None).
+        """
+        args, kwargs = self.entries[index]
+        args, kwargs = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+        seen = LayerCapture(layer, x=hidden)
+
+        def take_ctx(module, inputs):
+            seen.ctx = inputs[0].detach()
+            if not output:
+                raise _Stop
+
+        out = None
+        with torch.no_grad(), apply_head_mask(self.model, mask):
+            handle = None
+            if ctx or not output:  # (registered after the gate's hook, prepended: it sees W_O's input ungated)
+                handle = self.layout.output_dense(layer).register_forward_pre_hook(take_ctx, prepend=True)
+            try:
+                out = self.layers[layer](*args, **kwargs)
+            except _Stop:
+                pass
+            finally:
+                if handle is not None:
+                    handle.remove()
+        if out is not None:
+            out = (out[0] if isinstance(out, (tuple, list)) else out).detach()
+        return out, (seen if ctx else None)
+
+    def reproduces_forward(self, mask: torch.Tensor, index: int = 0) -> bool:
+        """Whether chaining the layers from batch ``index``'s layer-0 input gives every layer the input that a full
+        forward pass under ``mask`` gives it. A structural check, not a numerical one: both run the same operations
+        on the same values, so in float32 they agree to rounding (a few units of 1e-7 of the hidden states' size);
+        an encoder that changes the hidden states between layers (a convolution, other arguments per layer) moves
+        them by a share of their size. The tolerance, 1e-4 of the largest value, lies between the two."""
+        expected: list[torch.Tensor] = []
+
+        def take(module, args, kwargs):
+            expected.append(_hidden_of(args, kwargs).detach())
+
+        handles = [layer.register_forward_pre_hook(take, with_kwargs=True) for layer in self.layers]
+        try:
+            with torch.no_grad(), apply_head_mask(self.model, mask):
+                self.model(**model_inputs(self.batches[index]))
+        finally:
+            for handle in handles:
+                handle.remove()
+        if len(expected) != len(self.layers):
+            return False
+        hidden = self.first_input(index)
+        for layer, wanted in enumerate(expected):
+            if hidden.shape != wanted.shape:
+                return False
+            if float((hidden - wanted).abs().max()) > 1e-4 * float(wanted.abs().max()):
+                return False
+            if layer + 1 < len(self.layers):
+                hidden, _ = self.run(layer, index, hidden, mask)
+        return True
+
+
 @dataclass
 class Tuning:
-    """What :func:`tune_scales` did: the scaled ``[L, H]`` mask, the layers tuned, and where and why it stopped."""
+    """What :func:`tune_scales` did: the scaled ``[L, H]`` mask, the layers tuned, and where and why it stopped;
+    ``cached_inputs``: whether the layer inputs were carried layer to layer (else recomputed per layer)."""
 
     scales: torch.Tensor
     tuned: list[int] = field(default_factory=list)
@@ -221,51 +328,78 @@ class Tuning:
     stopped_at: int | None = None
     reason: str = ""
     istop: dict[int, int] = field(default_factory=dict)
+    cached_inputs: bool = True
 
 
 def tune_scales(model: nn.Module, batches: list[Batch], mask: torch.Tensor, teacher: torch.Tensor,
                 maxiter: int = 0) -> Tuning:
     """Mask tuning (§4.3; official ``rescale_mask`` with FFN rescaling off): layer by layer from layer 1 (layer 0's
     attention is never tuned, as the code), the kept heads' scales of the layer solve :func:`solve_scales` on the
-    normal equations of :func:`layer_normal_equations` summed over ``batches``, each pass propagating the student
-    through its already tuned layers and the teacher through its own mask. A failed solve (``istop >= 3``) or a
+    normal equations of :func:`layer_normal_equations` summed over ``batches``, the student's inputs propagated
+    through its already tuned layers and the teacher's through its own mask. A failed solve (``istop >= 3``) or a
     scale outside ``[-MAX_SCALE, MAX_SCALE]`` stops the tuning: that layer and the later ones keep scale 1.
 
+    As in the official code, each batch's inputs of the current layer are cached, teacher's and student's, and
+    carried to the next layer by one pass of the layer (:class:`LayerChain`): at most 3 layer passes per layer and
+    batch, O(L). When the chain does not reproduce a full forward pass (:meth:`LayerChain.reproduces_forward`),
+    each layer's inputs are recomputed from the embeddings instead (:func:`capture_layer`, O(L^2);
+    ``Tuning.cached_inputs`` False). Both give the same inputs, hence the same normal equations.
+
     Args:
-        model: the fine-tuned model (eval mode; its weights are not changed). batches: the sample, kept in memory.
+        model: the fine-tuned model (eval mode; its weights are not changed). batches: the sample, kept in memory;
+            the cache adds two ``[B, T, D]`` hidden states per batch.
         mask: the student's ``[L, H]`` 0/1 mask. teacher: the teacher's ``[L, H]`` 0/1 mask.
         maxiter: LSMR's iterations (:func:`solve_scales`).
 
     Returns:
         :class:`Tuning`; ``scales`` is float64 ``[L, H]``, 0 at the pruned heads.
+
+    Raises:
+        ValueError: ``batches`` is empty.
     """
+    if not batches:
+        raise ValueError("kwon: the tuning got no batch")
     layout = get_layout(model)
     scales = mask.detach().cpu().double().clone()
     result = Tuning(scales=scales)
-    for layer in range(1, mask.shape[0]):
+    chain = LayerChain(model, batches)
+    cached = result.cached_inputs = chain.reproduces_forward(teacher)
+    inputs = [(chain.first_input(i), chain.first_input(i)) for i in range(len(batches))] if cached else []
+    last = mask.shape[0] - 1
+    for layer in range(mask.shape[0]):
         kept = [int(h) for h in torch.nonzero(mask[layer]).flatten()]
-        if not kept:
+        if layer and not kept:
             result.skipped.append(layer)
-            continue
-        dense = layout.output_dense(layer)
-        ata = torch.zeros(len(kept) + 1, len(kept) + 1, dtype=torch.float64)
-        atb = torch.zeros(len(kept) + 1, dtype=torch.float64)
-        for batch in batches:
-            seen_t = capture_layer(model, batch, teacher, layer)
-            seen_s = capture_layer(model, batch, scales, layer)
-            a, b = layer_normal_equations(dense, seen_t, seen_s, teacher[layer], kept, batch["attention_mask"],
-                                          layout.head_size)
-            ata += a
-            atb += b
-        solution, istop = solve_scales(ata, atb, maxiter=maxiter)
-        result.istop[layer] = istop
-        if istop >= 3:
-            result.stopped_at, result.reason = layer, f"LSMR istop {istop} >= 3"
-            break
-        solution = solution[:-1]
-        if float(solution.abs().max()) > MAX_SCALE:
-            result.stopped_at, result.reason = layer, f"a scale of {float(solution.abs().max()):.3g} > {MAX_SCALE:g}"
-            break
-        scales[layer, kept] = solution
-        result.tuned.append(layer)
+        next_teacher: list[torch.Tensor | None] = [None] * len(inputs)
+        if layer and kept:
+            dense = layout.output_dense(layer)
+            ata = torch.zeros(len(kept) + 1, len(kept) + 1, dtype=torch.float64)
+            atb = torch.zeros(len(kept) + 1, dtype=torch.float64)
+            for i, batch in enumerate(batches):
+                if cached:  # the teacher's pass also gives its next input; the student's waits for the scales
+                    next_teacher[i], seen_t = chain.run(layer, i, inputs[i][0], teacher, ctx=True,
+                                                        output=layer < last)
+                    _, seen_s = chain.run(layer, i, inputs[i][1], scales, ctx=True, output=False)
+                else:
+                    seen_t = capture_layer(model, batch, teacher, layer)
+                    seen_s = capture_layer(model, batch, scales, layer)
+                a, b = layer_normal_equations(dense, seen_t, seen_s, teacher[layer], kept, batch["attention_mask"],
+                                              layout.head_size)
+                ata += a
+                atb += b
+            solution, istop = solve_scales(ata, atb, maxiter=maxiter)
+            result.istop[layer] = istop
+            if istop >= 3:
+                result.stopped_at, result.reason = layer, f"LSMR istop {istop} >= 3"
+                break
+            solution = solution[:-1]
+            largest = float(solution.abs().max())
+            if largest > MAX_SCALE:
+                result.stopped_at, result.reason = layer, f"a scale of {largest:.3g} > {MAX_SCALE:g}"
+                break
+            scales[layer, kept] = solution
+            result.tuned.append(layer)
+        if cached and layer < last:  # the next layer's inputs: the teacher's under its mask, the student's tuned
+            inputs = [(chain.run(layer, i, x_teacher, teacher)[0] if next_teacher[i] is None else next_teacher[i],
+                       chain.run(layer, i, x_student, scales)[0]) for i, (x_teacher, x_student) in enumerate(inputs)]
     return result
