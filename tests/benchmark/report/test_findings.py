@@ -23,7 +23,7 @@ def test_findings_quote_the_csv_numbers_of_every_primary_test_and_the_area_lead(
         assert f"{num(row.mean_diff, sign=True)} [{num(row.ci_low)}, {num(row.ci_high)}]" in text
         assert p_text(row.p_holm) in text
     auc = pd.read_csv(out / "auc.csv")
-    for condition, g in auc[auc.kind == "method"].groupby("condition"):
+    for _, g in auc[auc.kind == "method"].groupby("condition"):
         ranked = g.sort_values("mean", ascending=False)
         first, second = ranked.method.iloc[0], ranked.method.iloc[1]
         assert f"First by area above chance: {first}; second: {second}." in text
