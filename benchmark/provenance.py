@@ -1,13 +1,15 @@
-"""Provenance of a run, carried by every record: the code's git commit, library versions, data file hashes, the
-machine, timestamps; and :func:`quiet_libraries`, how the libraries talk while a run works."""
+"""Provenance of a run, carried by every record: the code's git commit and whether (and how) the checkout differed
+from it, library versions, data file hashes, the machine, timestamps; and :func:`quiet_libraries`, how the
+libraries talk while a run works."""
 from __future__ import annotations
 
 import hashlib
 import platform
 import subprocess
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the task modules load datasets and pandas; this module stays light (the store imports it)
     from headprune_bench.benchmark.tasks import TaskSpec
@@ -20,25 +22,83 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 """The source checkout this package runs from (a git repository when installed editable)."""
 
 
+UNKNOWN = "unknown"
+"""What a provenance field holds when git (or the machine) cannot tell."""
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The state of the code's checkout when a ``bench run`` starts (:func:`git_state`), as every record of the
+    run carries it in ``provenance``.
+
+    Attributes:
+        commit: HEAD's hash, with ``+dirty`` when tracked files differ from it; :data:`UNKNOWN` when git cannot
+            tell (no git, not a repository).
+        dirty: whether the tracked files of the working tree (outside the run folder) differ from HEAD, staged or
+            not (``git diff HEAD``: the code that runs); :data:`UNKNOWN` when git cannot tell.
+        diff: sha256 (16 hex) of those differences, ``git diff HEAD`` in a fixed format (:data:`DIFF_ARGS`): equal
+            for the same uncommitted changes on any machine, different for any other; None when clean,
+            :data:`UNKNOWN` when git cannot tell. Untracked files are in none of the three.
+    """
+
+    commit: str
+    dirty: bool | str
+    diff: str | None
+
+    def as_provenance(self) -> dict[str, Any]:
+        """The record's ``provenance`` keys: ``git_commit``, ``git_dirty``, ``git_diff``."""
+        return {"git_commit": self.commit, "git_dirty": self.dirty, "git_diff": self.diff}
+
+
+GIT_UNKNOWN = GitState(UNKNOWN, UNKNOWN, UNKNOWN)
+"""The state of a checkout git cannot read."""
+
+DIFF_ARGS = ("diff", "HEAD", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
+             "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/")
+"""``git diff`` in a format no user setting changes (prefixes, colour, external or text-conversion drivers, rename
+detection, abbreviated object names), so that its hash is the same for the same changes everywhere."""
+
+
+def _pathspec(root: Path, exclude: Path | None) -> list[str]:
+    """The pathspec of the dirty check: the whole checkout, without ``exclude`` when it lies inside ``root``."""
+    if exclude is None:
+        return []
+    try:
+        rel = Path(exclude).resolve().relative_to(Path(root).resolve())
+    except ValueError:  # the run folder is outside the repository
+        return []
+    return ["--", ".", f":(exclude){rel.as_posix()}"]
+
+
+def _git(root: Path, *args: str, text: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=text, timeout=timeout)
+
+
+def git_state(exclude: Path | None = None, root: Path | None = None) -> GitState:
+    """The checkout's :class:`GitState` (``root``: default :data:`REPO_ROOT`). ``exclude`` (the run folder, when
+    inside the repository) is left out of the dirty check and of the diff, so that a run's own output never makes
+    its code dirty. Never raises: git missing, not a repository, or a git command that fails or hangs gives
+    :data:`UNKNOWN` in the fields it would have told."""
+    root = REPO_ROOT if root is None else Path(root)
+    try:
+        commit = _git(root, "rev-parse", "HEAD")
+        if commit.returncode != 0:
+            return GIT_UNKNOWN
+        head = commit.stdout.strip()
+        diff = _git(root, *DIFF_ARGS, *_pathspec(root, exclude), text=False, timeout=120)
+        if diff.returncode != 0:
+            return GitState(head, UNKNOWN, UNKNOWN)
+        if not diff.stdout:
+            return GitState(head, False, None)
+        return GitState(head + "+dirty", True, hashlib.sha256(diff.stdout).hexdigest()[:16])
+    except (OSError, subprocess.SubprocessError):
+        return GIT_UNKNOWN
+
+
 def git_commit(exclude: Path | None = None) -> str:
     """HEAD of the code's repository, with ``+dirty`` when tracked files differ from it; ``"unknown"`` when git
     cannot tell. ``exclude`` (the run folder, when inside the repository) is left out of the dirty check."""
-    root = REPO_ROOT
-    status = ["git", "status", "--porcelain", "--untracked-files=no"]
-    if exclude is not None:
-        try:
-            rel = Path(exclude).resolve().relative_to(root)
-            status += ["--", ".", f":(exclude){rel.as_posix()}"]
-        except ValueError:  # the run folder is outside the repository
-            pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(status, cwd=root, capture_output=True, text=True, timeout=10)
-        if commit.returncode != 0:
-            return "unknown"
-        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return git_state(exclude).commit
 
 
 def library_versions() -> dict[str, str]:

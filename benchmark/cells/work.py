@@ -22,7 +22,9 @@ from headprune_bench.benchmark.config.run import RunConfig
 from headprune_bench.benchmark.provenance import machine_name, now_utc
 from headprune_bench.benchmark.store.folder import RunFolderError
 from headprune_bench.benchmark.store.records import (
+    BASE_CHECK_FAILED,
     BASE_DIFFERS,
+    BASE_NOT_COMPARED,
     NO_BUDGET,
     ORIGINAL,
     OWN,
@@ -33,6 +35,7 @@ from headprune_bench.benchmark.store.records import (
     CellKey,
     Cost,
     Record,
+    base_differs_text,
     read_ids,
 )
 from headprune_bench.benchmark.training import Counter
@@ -445,14 +448,20 @@ class CellWork:
 
     def finish(self, record: Record, key: str, bench: SeedBench, original_record: dict[str, Any] | None,
                stored_original: bool = False) -> Record:
-        """``record`` with its planned ``key`` and ``base_failed`` set (see :meth:`base_failed`); when
-        ``original_record`` was stored by an earlier run (``stored_original``: a resumed (task, seed)), also
-        :data:`benchmark.store.records.BASE_DIFFERS` in its trace if :meth:`base_check` counts differing predictions.
-        ``base_failed`` stays the stored record's: one flag per (task, seed), whatever its cells started from."""
+        """``record`` with its planned ``key``, ``base_failed`` (see :meth:`base_failed`) and ``base_check``: when
+        ``original_record`` was stored by an earlier run (``stored_original``: a resumed (task, seed), whose base
+        model was loaded from ``DIR/base/`` or fine-tuned again), :meth:`base_check` compares the base model with it
+        (``equal``, or ``differs:N`` and :data:`benchmark.store.records.BASE_DIFFERS` in the trace; ``check failed``
+        when it raised); ``not compared`` when there is no such record (the base model and the ``original`` cell are
+        this run's) or it holds no predictions. ``base_failed`` stays the stored record's: one flag per (task,
+        seed), whatever its cells started from."""
         record.base_failed = self.base_failed(bench, original_record)
         record.cell = key
-        differ = self.base_check(bench, original_record) if stored_original else None
+        if not stored_original or original_record is None or not original_record.get("predictions"):
+            record.base_check = BASE_NOT_COMPARED
+            return record
+        differ = self.base_check(bench, original_record)
+        record.base_check = BASE_CHECK_FAILED if differ is None else base_differs_text(differ)
         if differ:
             record.trace = {**record.trace, BASE_DIFFERS: int(differ)}
         return record
-

@@ -30,7 +30,7 @@ from headprune_bench.benchmark.execution.eta import Eta
 from headprune_bench.benchmark.execution.resolve import bf16_warning, resolve_execution
 from headprune_bench.benchmark.execution.stopping import Running, StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
-from headprune_bench.benchmark.provenance import data_hashes, git_commit, library_versions, now_utc, quiet_libraries
+from headprune_bench.benchmark.provenance import data_hashes, git_state, library_versions, now_utc, quiet_libraries
 from headprune_bench.benchmark.run.plan import make_eta
 from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.folder import BASE_DIR, check_run_json, save_base_model
@@ -136,9 +136,11 @@ class Runner:
         for broken in self.store.rejected:
             tqdm.write(f"warning: {broken}: moved to {self.out / REJECTED} (kept there); its cell, if it was a "
                        f"record, is computed again", file=sys.stderr)
-        self.provenance = {"git_commit": git_commit(self.out), "versions": library_versions(), "model": config.model,
-                           "model_revision": self.experiment.model_revision,
-                           "data_hashes": self.experiment.data_hashes, "config_hash": self.config_hash}
+        # the checkout as the run starts (git_commit, git_dirty, git_diff; docs/output-files.md), run folder left out
+        self.provenance = {**git_state(self.out).as_provenance(), "versions": library_versions(),
+                           "model": config.model, "model_revision": self.experiment.model_revision,
+                           "data_hashes": self.experiment.data_hashes, "config_hash": self.config_hash,
+                           "precision": config.precision}
         self.work = CellWork(cfg=config, provenance=self.provenance,
                              method_classes={m: methods.get_method_class(m) for m in self.method_names},
                              device=self.device)
@@ -240,6 +242,7 @@ class Runner:
             tqdm.write(f"bench run: {change}", file=sys.stderr)
             log.info("%s", change)
         self.store.add_plan({"started": now_utc(), "argv": sys.argv[1:], "git_commit": self.provenance["git_commit"],
+                             "git_diff": self.provenance["git_diff"],
                              "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
                              "methods": self.method_names, "budget": self.budget_label, "recover": self.cfg.recover,
                              "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})

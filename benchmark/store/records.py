@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headprune_bench.benchmark.config.presets import config_hash
+from headprune_bench.benchmark.provenance import UNKNOWN
 
 SCHEMA = 4
-"""The schema version :class:`Record` writes (4: ``predictions`` and ``labels`` in the compact form,
-:func:`compact_ids`)."""
+"""The schema version :class:`Record` writes (3: ``base_check``, ``provenance.git_dirty`` / ``git_diff`` /
+``precision``; 4: ``predictions`` and ``labels`` in the compact form, :func:`compact_ids`)."""
 COMPACT_SCHEMA = 4
 """The first schema whose writer stores ``predictions`` and ``labels`` as :func:`compact_ids` strings; a record of an
 older schema is written back with the lists it was read with."""
@@ -51,6 +52,20 @@ BASE_DIFFERS = "base_dev_predictions_differ"
 ``original`` record of its (task, seed) (``CellWork.base_check``, a
 resumed run); absent when none differs or nothing was compared. ``bench report`` warns about such records."""
 
+NOT_RECORDED = "not recorded"
+"""What a reader gives for a field that the record's writer did not write (a record of an older schema)."""
+BASE_EQUAL, BASE_NOT_COMPARED, BASE_CHECK_FAILED = "equal", "not compared", "check failed"
+"""``Record.base_check`` (schema 3): the base model the cell ran on predicted every dev example as the stored
+``original`` record of its (task, seed) did; there was no earlier record to compare it with (the (task, seed)'s base
+model and its ``original`` cell are this run's); the comparison raised (logged). Otherwise ``differs:N``
+(:func:`base_differs_text`): N dev predictions differed (also :data:`BASE_DIFFERS` in the trace)."""
+
+
+def base_differs_text(differ: int) -> str:
+    """``Record.base_check`` of a compared base model: :data:`BASE_EQUAL` for 0, else ``differs:N``."""
+    return BASE_EQUAL if differ == 0 else f"differs:{int(differ)}"
+
+
 SCORE_PASS = "score_pass"
 """``Record.trace`` key of a cell whose mask was derived from another cell's scores (a method that ranks once,
 ``HeadPruner.ranks_once``, at another budget level): ``{"cell": that cell's key, "prune_wall_s", "forward_examples",
@@ -79,6 +94,13 @@ def _protocol1_weights(d: dict[str, Any], condition: str) -> str:
     except Exception:  # noqa: BLE001 - an unregistered method or an option it no longer has
         return "unknown"
     return "own+recovery" if own else "base+recovery"
+
+
+def _old_base_check(d: dict[str, Any]) -> str:
+    """``base_check`` of a record written without it: ``differs:N`` where its trace holds :data:`BASE_DIFFERS` (the
+    check ran and N predictions differed), else :data:`NOT_RECORDED` (it may not have run, or found none)."""
+    differ = (d.get("trace") or {}).get(BASE_DIFFERS)
+    return base_differs_text(int(differ)) if differ else NOT_RECORDED
 
 
 def compact_ids(values: list[int]) -> str | list[int]:
@@ -251,6 +273,10 @@ class Record:
     layers_emptied: int = -1
     cell: str = ""
     head_scales: list[list[float]] | None = None
+    base_check: str = NOT_RECORDED
+    """Whether the cell's base model was checked against the stored ``original`` record of its (task, seed), and
+    how it came out (:data:`BASE_EQUAL`, ``differs:N``, :data:`BASE_NOT_COMPARED`, :data:`BASE_CHECK_FAILED`);
+    :data:`NOT_RECORDED` for a record of schema < 3 (``differs:N`` where its trace holds :data:`BASE_DIFFERS`)."""
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this version does not know (a newer writer's): kept and written back unchanged."""
@@ -269,11 +295,34 @@ class Record:
         """The parsed cell key."""
         return CellKey.parse(self.cell)
 
+    @property
+    def git_dirty(self) -> bool | str:
+        """Whether the code's checkout differed from ``provenance.git_commit`` when the run started
+        (``provenance.git_dirty``, schema 3); for an older record, that commit's ``+dirty`` suffix. ``unknown``
+        where git could not tell, :data:`NOT_RECORDED` for a record without a commit."""
+        if "git_dirty" in self.provenance:
+            return self.provenance["git_dirty"]
+        commit = self.provenance.get("git_commit")
+        if not commit:
+            return NOT_RECORDED
+        return UNKNOWN if commit == UNKNOWN else str(commit).endswith("+dirty")
+
+    @property
+    def git_diff(self) -> str | None:
+        """The hash of the uncommitted changes the run started from (``provenance.git_diff``, schema 3; None for a
+        clean checkout); for an older record, None when it was clean, else :data:`NOT_RECORDED` (or ``unknown``)."""
+        if "git_diff" in self.provenance:
+            return self.provenance["git_diff"]
+        dirty = self.git_dirty
+        return None if dirty is False else NOT_RECORDED if dirty is True else dirty
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of ``records.jsonl`` (the runner's keys; unknown fields kept)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         if self.head_scales is None:  # only a scaled mask writes the field
             del out["head_scales"]
+        if self.schema < 3 or self.base_check == NOT_RECORDED:  # derived on read: an old record writes back as read
+            del out["base_check"]
         if self.schema >= COMPACT_SCHEMA:  # an older record writes back the lists it was read with
             out["predictions"], out["labels"] = compact_ids(self.predictions), compact_ids(self.labels)
         out["budget"] = dataclasses.asdict(self.budget)
@@ -320,6 +369,7 @@ class Record:
             finished_at=d.get("finished_at", ""), base_failed=bool(d.get("base_failed", False)),
             weights=d.get("weights", "") if schema >= 2 else _protocol1_weights(d, condition),
             layers_emptied=int(d.get("layers_emptied", -1)), head_scales=d.get("head_scales"),
+            base_check=str(d.get("base_check") or _old_base_check(d)),
             cell=d.get("cell") or str(CellKey(d["task"], int(d["seed"]), d["method"],
                                               budget.get("spec", NO_BUDGET), d["condition"], None)),
             schema=schema,
