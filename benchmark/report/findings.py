@@ -51,9 +51,11 @@ def _sentences(r: GroupResult, ref: str) -> list[str]:
     """Per level: the methods significantly below / above the reference, and the ones without a detectable
     difference."""
     out = []
-    levels = sorted({c.target.budget for c in r.comparisons if _kind(c) == PRIMARY and c.tested}, key=budget_key)
+    levels = sorted({c.target.budget for c in r.comparisons if _kind(c) == PRIMARY and c.tested and c.in_family},
+                    key=budget_key)
     for level in levels:
-        at = [c for c in r.comparisons if _kind(c) == PRIMARY and c.tested and c.target.budget == level]
+        at = [c for c in r.comparisons if _kind(c) == PRIMARY and c.tested and c.in_family
+              and c.target.budget == level]
         below = [c for c in at if _significant(c) and c.all.stats.mean_diff < 0]
         above = [c for c in at if _significant(c) and c.all.stats.mean_diff > 0]
         none = [c for c in at if not _significant(c)]
