@@ -15,6 +15,7 @@ from headprune_bench.benchmark.report.families import families_frame
 from headprune_bench.benchmark.report.findings import findings_markdown
 from headprune_bench.benchmark.report.load import RunData, load_runs, warn
 from headprune_bench.benchmark.report.plots import make_plots, palette
+from headprune_bench.benchmark.report.provenance import ProvenanceReport
 from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL
 
 FORMATS = ("md", "csv", "tex")
@@ -133,7 +134,8 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
     if plots and not speed_cells.empty:
         frames.plots += speed.plot_score_vs_speedup(speed_cells, out_dir / "plots", palette(data)[0])
     row_costs = speed.row_cost_frame(data, speed_cells)
-    text = document.markdown(data, results, frames, speed.speed_section(profiles, row_costs))
+    prov = ProvenanceReport.of(data, results, frames.curves)
+    text = document.markdown(data, results, frames, speed.speed_section(profiles, row_costs), prov.section())
 
     if "md" in fmts:
         (out_dir / "report.md").write_text(text, encoding="utf-8")
@@ -142,6 +144,7 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
                                                                curves.curves if curves else None), encoding="utf-8")
     if "csv" in fmts:
         write_csv(out_dir, results, frames)
+        prov.write_csv(out_dir)
         if rows:
             profiles.to_csv(out_dir / "speed.csv", index=False)
             speed_cells.to_csv(out_dir / "speed_cells.csv", index=False)

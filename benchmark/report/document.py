@@ -331,13 +331,16 @@ def plots_section(paths: list[Path]) -> list[str]:
     return ["## Plots\n", *(f"![{p.stem}](plots/{p.name})" for p in paths if p.suffix == ".png"), ""]
 
 
-def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: list[str] | None = None) -> str:
-    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`benchmark.report.speed`), if any."""
+def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: list[str] | None = None,
+             provenance: list[str] | None = None) -> str:
+    """The whole ``report.md``; ``speed``: the speed section's lines (:mod:`benchmark.report.speed`), if any;
+    ``provenance``: the provenance section's (:mod:`benchmark.report.provenance`), after the families."""
     md = header_section(data, results)
     if frames.curves is not None and results:
         md += curves_section(frames.curves)
     md += task_sections(results)
     md += families_section(frames.families) if frames.families is not None else []
+    md += provenance or []
     md += option_sets_section(frames.option_sets)
     if results:
         md += summary_sections(frames, results)
