@@ -141,7 +141,8 @@ def build_report(folders: Sequence[str | Path] | str | Path, against: Sequence[s
         (out_dir / "report.md").write_text(text, encoding="utf-8")
         curves = frames.curves
         (out_dir / "findings.md").write_text(findings_markdown(data, results, curves.auc if curves else None,
-                                                               curves.curves if curves else None), encoding="utf-8")
+                                                               curves.curves if curves else None, prov.summary()),
+                                             encoding="utf-8")
     if "csv" in fmts:
         write_csv(out_dir, results, frames)
         prov.write_csv(out_dir)

@@ -120,8 +120,9 @@ def _areas(auc: pd.DataFrame, curves: pd.DataFrame | None, task: str, condition:
 
 
 def findings_markdown(data: RunData, results: list[GroupResult], auc: pd.DataFrame | None,
-                      curves: pd.DataFrame | None) -> str:
-    """The whole ``findings.md`` of a report."""
+                      curves: pd.DataFrame | None, provenance: list[str] | None = None) -> str:
+    """The whole ``findings.md`` of a report; ``provenance``: the provenance summary's lines
+    (:meth:`benchmark.report.provenance.ProvenanceReport.summary`), last."""
     md = [HEADER.format(folders=", ".join(f"`{f}`" for f in data.folders), n=len(data.records), alpha=ALPHA)]
     for r in results:
         if not r.seeds:
@@ -150,4 +151,6 @@ def findings_markdown(data: RunData, results: list[GroupResult], auc: pd.DataFra
         md += ["**Secondary families, significant results:**\n", *(other or ["- none."]), ""]
         if auc is not None and not auc.empty:
             md += _areas(auc, curves, r.task, r.group)
+    if provenance:
+        md += ["## Provenance\n", *provenance]
     return "\n".join(md) + "\n"

@@ -293,6 +293,21 @@ class ProvenanceReport:
                     else levels)
         return cls(records=records, levels=levels, families=families)
 
+    def summary(self) -> list[str]:
+        """Markdown lines over all records: commits, dirty records by commit, each field's values with counts
+        (nothing without records; ``report.md`` and ``findings.md`` both show it)."""
+        recs = self.records
+        if recs.empty:
+            return []
+        dirty = recs[recs.git_dirty.map(lambda v: v is True)]
+        cannot = int(recs.git_dirty.map(lambda v: not isinstance(v, bool)).sum())
+        md = [f"**All {len(recs)} records**: {len(_known(recs.commit))} commit(s); {len(dirty)} from a checkout "
+              "with uncommitted changes" + (f" (listed in report.md), on {counts_text(dirty.commit.str.slice(0, 12))}"
+                                            if len(dirty) else "")
+              + (f"; {cannot} that cannot say (git could not tell, or no commit recorded)" if cannot else "") + ".\n"]
+        md += [f"- {f}: {counts_text(recs[f])}" for f in FIELDS]
+        return md + [f"- base check: {counts_text(recs.base_check)}", ""]
+
     def section(self) -> list[str]:
         """The "Provenance" section of ``report.md`` (nothing without records)."""
         recs = self.records
@@ -300,17 +315,9 @@ class ProvenanceReport:
             return []
         from headprune_bench.benchmark.report.tables import md_table
 
-        md = ["## Provenance\n", SECTION_TEXT]
+        md = ["## Provenance\n", SECTION_TEXT, *self.summary()]
         varying = [f for f in FIELDS if len(_known(recs[f])) > 1]
         dirty = recs[recs.git_dirty.map(lambda v: v is True)]
-        cannot = int(recs.git_dirty.map(lambda v: not isinstance(v, bool)).sum())
-        md.append(f"**All {len(recs)} records**: {len(_known(recs.commit))} commit(s); {len(dirty)} from a checkout "
-                  "with uncommitted changes" + (f" (listed below), on {counts_text(dirty.commit.str.slice(0, 12))}"
-                                                if len(dirty) else "")
-                  + (f"; {cannot} that cannot say (git could not tell, or no commit recorded)" if cannot else "")
-                  + ".\n")
-        md += [f"- {f}: {counts_text(recs[f])}" for f in FIELDS]
-        md += [f"- base check: {counts_text(recs.base_check)}", ""]
         lv = self.levels
         if not lv.empty:
             table = pd.DataFrame({"task": lv.task, "group": lv.group, "level": lv.level,

@@ -28,3 +28,4 @@ def test_findings_quote_the_csv_numbers_of_every_primary_test_and_the_area_lead(
         first, second = ranked.method.iloc[0], ranked.method.iloc[1]
         assert f"First by area above chance: {first}; second: {second}." in text
     assert text.count("## RTE (acc), ") == 2
+    assert f"## Provenance\n\n**All {len(records)} records**" in text  # the summary report.md also shows
