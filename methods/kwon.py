@@ -17,6 +17,7 @@ from headprune_bench.methods.options import Interval
 from headprune_bench.methods.registry import register
 
 TEACHERS = ("sqrt", "unpruned")
+SAMPLE_ORDERS = ("drawn", "sorted")
 
 
 class _Kwon(HeadPruner):
@@ -25,20 +26,24 @@ class _Kwon(HeadPruner):
     stages: ClassVar[tuple[str, ...]] = ()
     exact_budget = True
     needs_target = True
-    defaults = {"sample_size": 2048, "batch_size": 32, "split": "train"}
-    constraints = {"sample_size": Interval(1, None), "batch_size": Interval(1, None), "split": SPLITS}
+    defaults = {"sample_size": 2048, "batch_size": 32, "split": "train", "sample_order": "drawn"}
+    constraints = {"sample_size": Interval(1, None), "batch_size": Interval(1, None), "split": SPLITS,
+                   "sample_order": SAMPLE_ORDERS}
     conformance_options = {"sample_size": 16, "batch_size": 8}
 
     def sample(self, context: PruningContext) -> list[int]:
         """The sample's example indices in the order they are batched: ``min(sample_size, n)`` of the split,
         drawn without replacement with the cell's seed and kept in the order drawn, so each minibatch is a random
         subset of the split, as in the official code (``np.random.choice`` with replacement, in the order drawn;
-        WNLI has 635 train examples, which 2048 draws with replacement would repeat ~3 times each)."""
+        WNLI has 635 train examples, which 2048 draws with replacement would repeat ~3 times each). Option
+        ``sample_order="sorted"``: the same rows sorted, as the suite batched them before issue 61 (each minibatch a
+        run of neighbouring rows), to reproduce the records made then."""
         n = context.num_examples(self.options["split"])
         if n == 0:
             raise ValueError(f"{self.name}: the split {self.options['split']!r} is empty")
         order = torch.randperm(n, generator=context.generator(salt=40))
-        return order[: min(self.options["sample_size"], n)].tolist()
+        drawn = order[: min(self.options["sample_size"], n)].tolist()
+        return sorted(drawn) if self.options["sample_order"] == "sorted" else drawn
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Fisher search of the ``target_heads`` heads to prune, then the stages of this name; weights untouched.
@@ -109,7 +114,8 @@ def flops_removed(config, mask: torch.Tensor, seq_len: int) -> dict[str, Any]:
 class KwonPruner(_Kwon):
     """Kwon et al. 2022 for heads: Fisher search (§4.1), rearrangement (§4.2), mask tuning (§4.3).
 
-    Options: sample_size (int, 2048): examples of ``split`` (str, "train") in the Fisher pass and the tuning;
+    Options: sample_size (int, 2048): examples of ``split`` (str, "train") in the Fisher pass and the tuning,
+    batched in the order drawn (sample_order "drawn", the official code's) or sorted ("sorted", before issue 61);
     batch_size (int, 32): examples per mask gradient (the Fisher depends on it); teacher (str, "sqrt": the search at
     the square root of the kept share, as the official code; or "unpruned"); lsmr_maxiter (int, 100000; 0: the
     official code's limit, CuPy's default of 5 n iterations for the n x n system; docs/methods.md says why the

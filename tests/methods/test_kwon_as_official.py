@@ -38,6 +38,22 @@ def test_fisher_minibatches_are_random_subsets_not_runs_of_neighbouring_rows():
     assert sum(gaps) / len(gaps) > ROWS / 4
 
 
+def test_sample_order_sorted_gives_the_same_rows_sorted_and_a_new_option_set():
+    """``sample_order="sorted"`` reproduces the records made before issue 61 (the same drawn rows, sorted); the
+    default's options hash differs from those records' (which had no such option), so a run into their folder plans
+    the official order's cells anew instead of taking the old records for them."""
+    from headprune_bench.benchmark.store.records import options_hash
+
+    context = dataclasses.replace(synthetic_context(tiny_model(), seed=0), num_examples=lambda split: ROWS)
+    drawn = KwonPruner(sample_size=SAMPLE, batch_size=BATCH).sample(context)
+    old = KwonPruner(sample_size=SAMPLE, batch_size=BATCH, sample_order="sorted").sample(context)
+    assert old == sorted(drawn) and old != drawn
+    before = {k: v for k, v in KwonPruner().options.items() if k != "sample_order"}
+    assert options_hash("kwon", KwonPruner().options) != options_hash("kwon", before)
+    with pytest.raises(Exception, match="sample_order"):
+        KwonPruner(sample_order="random")
+
+
 def test_the_fisher_pass_batches_the_sample_in_the_order_drawn():
     """``prune`` asks the context for the sample's rows in the order :meth:`sample` gives (the context batches
     ``indices`` in order), not sorted."""
