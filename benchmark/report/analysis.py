@@ -294,14 +294,17 @@ def _all_pairs(units: list[Unit]) -> list[tuple[Unit, Unit, str]]:
 def comparison_pairs(units: list[Unit], group: str, against: Sequence[str] | str) -> list[tuple[Unit, Unit, str]]:
     """(target, reference, kind) of every comparison of a table; ``kind`` is the reference name or "pair".
 
-    ``against``: reference method names, or ``"all"`` (or a sequence holding it) for every pair of rows. In the
-    prune+recover group ``control`` is always a reference.
+    ``against``: reference method names, or ``"all"`` (or a sequence holding it) for every pair of rows. The
+    reference of the group's primary family is always one: ``control`` in prune+recover, ``original`` in
+    prune-only.
     """
     if against == "all" or (not isinstance(against, str) and "all" in against):
         return _all_pairs(units)
     names = [against] if isinstance(against, str) else list(against)
-    if group == RECOVER and CONTROL_NAME not in names:
+    if CONTROL_NAME not in names and group == RECOVER:
         names.append(CONTROL_NAME)
+    if ORIGINAL not in names and group == PRUNE_ONLY:  # the primary reference, whatever --against names
+        names.insert(0, ORIGINAL)
     pairs: list[tuple[Unit, Unit, str]] = []
     seen: set[tuple[Unit, Unit]] = set()
     for name in names:
@@ -462,8 +465,10 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
                 return [compare_units(data, kept, t, r, k, metric, n_boot, n_boot_examples, seed) for t, r, k in pairs]
 
             comparisons = compare(comparison_pairs(units, group, against))
-            pairwise = [] if against == "all" else compare(pairwise_pairs(units))
-            superseded = _superseded_units(data, gdf)
+            taken = {frozenset((c.target, c.reference)) for c in comparisons}  # one test, one family
+            pairwise = [] if against == "all" else compare(
+                [p for p in pairwise_pairs(units) if frozenset(p[:2]) not in taken])
+            superseded = superseded_units(data, gdf)
             for c in (*comparisons, *pairwise):
                 c.outside_family = _outside_family(c, superseded)
             for family in declare_families([*comparisons, *pairwise], task, group):
@@ -479,7 +484,7 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
     return results
 
 
-def _superseded_units(data: RunData, frame: pd.DataFrame) -> set[Unit]:
+def superseded_units(data: RunData, frame: pd.DataFrame) -> set[Unit]:
     """The units of ``frame`` (rows of ``data.frame``) whose every record is in ``data.superseded_records``."""
     return {u for u, g in frame.groupby("unit", sort=False)
             if all(data.records[int(i)].cell in data.superseded_records for i in g.rec)}

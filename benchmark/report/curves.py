@@ -12,7 +12,17 @@ import numpy as np
 import pandas as pd
 
 from headprune_bench.benchmark import stats
-from headprune_bench.benchmark.report.analysis import ABLATION, PAIRWISE, base_failed_seeds, family_id, is_level
+from headprune_bench.benchmark.report.analysis import (
+    ABLATION,
+    NULL_CONTROL,
+    NULL_CONTROLS,
+    PAIRWISE,
+    SUPERSEDED,
+    base_failed_seeds,
+    family_id,
+    is_level,
+    superseded_units,
+)
 from headprune_bench.benchmark.report.load import RunData
 from headprune_bench.benchmark.report.units import Unit, ablation_parent, budget_key, sorted_units, task_key
 from headprune_bench.benchmark.stats.curves import (
@@ -30,11 +40,14 @@ from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGI
 CURVES_COLUMNS = ["task", "condition", "method", "budget", "opts", "kind", "metric", "n", "level", "level_sd",
                   "level_ci_low", "level_ci_high", "mean", "sd", "ci_low", "ci_high", "majority", "degenerate",
                   "at_or_below_chance"]
-AUC_COLUMNS = ["task", "condition", "kind", "method", "vs", "family", "levels", "n", "mean", "sd", "ci_low", "ci_high",
-               "p_exact", "p_holm", "min_p", "area_mean", "area_sd", "area_ci_low", "area_ci_high", "note"]
+AUC_COLUMNS = ["task", "condition", "kind", "method", "vs", "family", "outside", "levels", "n", "mean", "sd", "ci_low",
+               "ci_high", "p_exact", "p_holm", "min_p", "area_mean", "area_sd", "area_ci_low", "area_ci_high", "margin",
+               "note"]
 """``mean`` ... ``min_p``: the area above chance (the primary summary, :func:`stats.curves.area_above_chance`: share of
-the reference's margin over the majority class kept), or its paired difference with the tests; ``area_*``: the
-normalised area in score units (secondary, descriptive: :func:`stats.curves.normalised_area`)."""
+the panel's mean margin of the reference over the majority class kept, ``margin``), or its paired difference with
+the tests; ``outside``: why a curve (null control, superseded option set) and its pairs stay out of every family
+(exact p only); ``area_*``: the normalised area in score units (secondary, descriptive:
+:func:`stats.curves.normalised_area`)."""
 STABILITY_COLUMNS = ["task", "method", "budget", "level", "n", "jaccard", "random_expected"]
 AGREEMENT_COLUMNS = ["task", "budget", "level", "method_a", "method_b", "n", "jaccard"]
 #: Per condition of a curve: the conditions of its rows and the name of its unpruned reference row.
@@ -137,9 +150,11 @@ class _Curve:
     note: str = ""
     raw: dict[int, float] = field(default_factory=dict)
     ablation: bool = False
+    outside: str = ""
 
 
-def _curve(name: str, cdf: pd.DataFrame, unpruned: dict[int, float], majority: dict[int, float]) -> _Curve:
+def _curve(name: str, cdf: pd.DataFrame, unpruned: dict[int, float], majority: dict[int, float],
+           margin: float) -> _Curve:
     """The :class:`_Curve` of one method's rows ``cdf`` (its levels); ``areas`` empty and ``note`` set when a
     level is missing on some seed, or no seed has an unpruned score above chance."""
     levels = sorted(cdf.budget.unique(), key=budget_key)
@@ -152,19 +167,19 @@ def _curve(name: str, cdf: pd.DataFrame, unpruned: dict[int, float], majority: d
         return _Curve(name, levels, {}, heads, "missing " + "; ".join(gaps) + ": no area", ablation=ablation)
     areas, raw, notes = {}, {}, []
     for s in seeds:
-        if s not in unpruned:
-            notes.append(f"seed {s} has no unpruned score: left out")
+        if s not in unpruned or not math.isfinite(majority.get(s, math.nan)):
+            notes.append(f"seed {s} has no unpruned score or majority baseline: left out")
             continue
         g = cdf[cdf.seed == s]
         try:
             raw[s] = normalised_area(_fractions(g), g.score.to_numpy(float), unpruned[s])
-            areas[s] = area_above_chance(_fractions(g), g.score.to_numpy(float), unpruned[s], majority[s])
-        except ValueError as exc:  # two levels that pruned the same count; a reference not above chance
+            areas[s] = area_above_chance(_fractions(g), g.score.to_numpy(float), unpruned[s], majority[s], margin)
+        except ValueError as exc:  # two levels that pruned the same count; no margin over chance in the panel
             if "majority baseline" not in str(exc):
                 return _Curve(name, levels, {}, heads, f"seed {s}: {exc}", ablation=ablation)
             notes.append(f"seed {s}: {exc}: left out")
             raw.pop(s, None)
-    note = "; ".join(notes) if areas else "no seed with an unpruned score above chance"
+    note = "; ".join(notes) if areas else "no seed with an unpruned score and a margin over chance"
     return _Curve(name, levels, areas, heads, note, raw, ablation)
 
 
@@ -174,16 +189,16 @@ def _method_row(base: dict, c: _Curve) -> dict:
     a, r = np.array(list(c.areas.values())), np.array([c.raw[s] for s in c.areas])
     d, (low, high) = stats.describe(a), stats.mean_ci_t(a)
     dr, (rlow, rhigh) = stats.describe(r), stats.mean_ci_t(r)
-    return {**base, "kind": "method", "method": c.name, "n": d["n"], "mean": d["mean"], "sd": d["sd"],
-            "ci_low": low, "ci_high": high, "area_mean": dr["mean"], "area_sd": dr["sd"], "area_ci_low": rlow,
-            "area_ci_high": rhigh, "note": c.note}
+    return {**base, "kind": "method", "method": c.name, "outside": c.outside, "n": d["n"], "mean": d["mean"],
+            "sd": d["sd"], "ci_low": low, "ci_high": high, "area_mean": dr["mean"], "area_sd": dr["sd"],
+            "area_ci_low": rlow, "area_ci_high": rhigh, "note": c.note}
 
 
 def _pair_row(base: dict, a: _Curve, b: _Curve, n_boot: int, seed: int) -> tuple[dict, AreaComparison | None]:
     """The row of ``a - b`` (areas paired by seed) and its AreaComparison (None when it is no test)."""
     shared = sorted(set(a.areas) & set(b.areas))
     kind = ABLATION if a.ablation or b.ablation else PAIRWISE
-    row = {**base, "kind": "pair", "method": a.name, "vs": b.name, "n": len(shared),
+    row = {**base, "kind": "pair", "method": a.name, "vs": b.name, "n": len(shared), "outside": a.outside or b.outside,
            "family": family_id(base["task"], base["condition"], "area", kind)}
     if not shared:
         return {**row, "note": "no shared seed: no test"}, None
@@ -198,20 +213,29 @@ def _pair_row(base: dict, a: _Curve, b: _Curve, n_boot: int, seed: int) -> tuple
             "area_ci_low": low, "area_ci_high": high, "note": ""}, comp
 
 
-def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_boot: int, seed: int) -> list[dict]:
+def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_boot: int, seed: int,
+               outside: dict[Unit, str] | None = None) -> list[dict]:
     """Method, excluded and pair rows of one (task, condition); Holm within each declared family of its pairs
-    (``task/condition/area/pairwise``; pairs with an ablation: ``.../ablation``)."""
+    (``task/condition/area/pairwise``; pairs with an ablation: ``.../ablation``); the curves of ``outside`` units
+    (unit -> why) and their pairs keep their exact p outside every family. Areas above chance are divided by the
+    reference's mean margin over the majority class, one constant per panel."""
     ref = cdf[cdf.unit.map(lambda u: u.name) == reference]
     unpruned = {int(s): float(v) for s, v in zip(ref.seed, ref.score)}
-    majority = {int(s): float(v) for s, v in zip(cdf.seed, cdf.majority)}
+    majority = {int(s): float(v) for s, v in zip(ref.seed, ref.majority)}
+    margins = [max(unpruned[s] - m, 0.0) for s, m in majority.items() if math.isfinite(m)]
+    margin = float(np.mean(margins)) if margins else math.nan
     units = [u for u in sorted_units(list(cdf.unit.unique())) if kind_of(u) == "curve"]
     by_name: dict[str, list[Unit]] = {}
     for u in units:
         by_name.setdefault(display_name(u), []).append(u)
     base = dict.fromkeys(AUC_COLUMNS, math.nan) | {"task": task, "condition": condition, "vs": "", "family": "",
-                                                   "note": ""}
-    curves = [_curve(name, cdf[cdf.unit.isin(us)], unpruned, majority) for name, us in by_name.items()
-              if len(us) >= 2]
+                                                   "outside": "", "margin": margin, "note": ""}
+    curves = []
+    for name, us in by_name.items():
+        if len(us) >= 2:
+            curves.append(_curve(name, cdf[cdf.unit.isin(us)], unpruned, majority, margin))
+            reasons = {(outside or {}).get(u, "") for u in us}
+            curves[-1].outside = "" if reasons == {""} else ", ".join(sorted(reasons - {""}))
     rows = [_method_row({**base, "levels": ";".join(c.levels)}, c) for c in curves]
     tested = [c for c in curves if c.areas]
     pairs, comps = [], []
@@ -222,18 +246,21 @@ def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_b
             pairs.append(row)
             comps.append(comp)
     for family in dict.fromkeys(row["family"] for row in pairs):
-        at = [(row, comp) for row, comp in zip(pairs, comps) if row["family"] == family and comp is not None]
+        at = [(row, comp) for row, comp in zip(pairs, comps)
+              if row["family"] == family and comp is not None and not row["outside"]]
         for (row, _), adjusted in zip(at, holm_areas([comp for _, comp in at])):
             row["p_holm"] = adjusted.p_holm
     return rows + pairs
 
 
-def auc_frame(kept: pd.DataFrame, n_boot: int = 10_000, seed: int = 0) -> pd.DataFrame:
+def auc_frame(kept: pd.DataFrame, n_boot: int = 10_000, seed: int = 0,
+              outside: dict[Unit, str] | None = None) -> pd.DataFrame:
     """Areas (:data:`AUC_COLUMNS`) of every curve method with two or more levels, per task and condition (from
     the seed's original score in prune-only, its control's in prune+recover), and every pair of methods that ran
-    the same levels, Holm within each declared family of the (task, condition)."""
+    the same levels, Holm within each declared family of the (task, condition); ``outside``: units (null
+    controls, superseded option sets) whose curves stay out of every family, with why."""
     rows = [r for task, condition, cdf, reference in _panels(kept)
-            for r in _panel_auc(task, condition, cdf, reference, n_boot, seed)]
+            for r in _panel_auc(task, condition, cdf, reference, n_boot, seed, outside)]
     return pd.DataFrame(rows, columns=AUC_COLUMNS)
 
 
@@ -283,4 +310,6 @@ def curve_frames(data: RunData, n_boot: int = 10_000, seed: int = 0) -> CurveFra
                            pd.DataFrame(columns=STABILITY_COLUMNS), pd.DataFrame(columns=AGREEMENT_COLUMNS))
     kept, failed = _kept(data)
     stability, agreement = atlas_frames(data, kept)
-    return CurveFrames(curves_frame(kept), auc_frame(kept, n_boot, seed), stability, agreement, failed)
+    outside = {u: SUPERSEDED for u in superseded_units(data, kept)}
+    outside |= {u: NULL_CONTROL for u in kept.unit.unique() if u.name in NULL_CONTROLS.values()}
+    return CurveFrames(curves_frame(kept), auc_frame(kept, n_boot, seed, outside), stability, agreement, failed)

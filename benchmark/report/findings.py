@@ -31,6 +31,10 @@ def _delta(c: Comparison) -> str:
     return f"{num(s.mean_diff, sign=True)} [{num(s.ci_low)}, {num(s.ci_high)}]"
 
 
+def _name(c: Comparison) -> str:
+    return c.target.name + (f" opts={c.target.opts}" if c.target.opts else "")
+
+
 def _level(budget: str) -> str:
     return short_budget(budget) or budget
 
@@ -62,14 +66,14 @@ def _sentences(r: GroupResult, ref: str) -> list[str]:
         parts = []
         if below:
             parts.append("significantly below the " + ref + ": " + ", ".join(
-                f"{c.target.name} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
+                f"{_name(c)} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
                 for c in below))
         if above:
             parts.append("significantly above: " + ", ".join(
-                f"{c.target.name} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
+                f"{_name(c)} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
                 for c in above))
         if none:
-            parts.append("no detectable difference: " + ", ".join(c.target.name for c in none))
+            parts.append("no detectable difference: " + ", ".join(_name(c) for c in none))
         out.append(f"- {_level(level)} ({len(at)} test{'s' if len(at) != 1 else ''}): " + "; ".join(parts) + ".")
     return out
 
@@ -82,17 +86,23 @@ def _pairs(r: GroupResult, kinds: tuple[str, ...]) -> list[str]:
 
 def _areas(auc: pd.DataFrame, curves: pd.DataFrame | None, task: str, condition: str) -> list[str]:
     methods = auc[(auc.task == task) & (auc.condition == condition) & (auc.kind == "method")]
+    methods = methods[methods.outside.fillna("").astype(str) == ""]  # null controls, superseded sets: not ranked
     if methods.empty:
         return []
+    other = methods[methods.levels != methods.levels.mode().iloc[0]]  # an area compares only over the same levels
+    methods = methods.drop(other.index)
     ranked = methods.sort_values("mean", ascending=False)
-    md = ["**Area above chance** (share of the reference's margin over the majority class kept, 1 = all of it; "
-          "primary curve summary):\n",
+    md = ["**Area above chance** (share of the reference's mean margin over the majority class kept, 1 = all of "
+          "it; primary curve summary; curves of the same levels):\n",
           md_table(pd.DataFrame({"rank": [str(i + 1) for i in range(len(ranked))], "method": ranked.method,
                                  "n": ranked.n.astype(int).astype(str),
                                  "area above chance [95% CI]": [f"{num(m, 3)} [{num(a, 3)}, {num(b, 3)}]" for m, a, b
                                                                 in zip(ranked["mean"], ranked.ci_low,
                                                                        ranked.ci_high)],
                                  "area (secondary, × 100)": [num(100 * v) for v in ranked.area_mean]})), ""]
+    if not other.empty:
+        md.append("- Not ranked (other levels): " + ", ".join(f"{m} ({v})" for m, v in zip(other.method, other.levels))
+                  + ".")
     if len(ranked) >= 2:
         first, second = ranked.method.iloc[0], ranked.method.iloc[1]
         pairs = auc[(auc.task == task) & (auc.condition == condition) & (auc.kind == "pair")]

@@ -41,25 +41,25 @@ def normalised_area(fractions: Sequence[float], scores: Sequence[float], unprune
 
 
 def area_above_chance(fractions: Sequence[float], scores: Sequence[float], unpruned_score: float,
-                      majority: float) -> float:
-    """The share of the unpruned model's margin over chance that a curve keeps: the :func:`normalised_area` of
-    ``max(score - majority, 0)`` at each point (the unpruned point included), divided by
-    ``unpruned_score - majority``. 1: the unpruned margin kept at every level; 0: chance or below everywhere; a
-    curve above the unpruned score exceeds 1. Points are clipped before the trapezoids, so a level below chance
-    counts as chance, never as a loss below it.
+                      majority: float, margin: float | None = None) -> float:
+    """The share of a margin over chance that a curve keeps: the :func:`normalised_area` of
+    ``max(score - majority, 0)`` at each point (the unpruned point included), divided by ``margin`` (default: this
+    curve's own ``unpruned_score - majority``; the report passes the mean over seeds, one constant per panel, so
+    that no seed weighs more than another). 1: the margin kept at every level; 0: chance or below everywhere.
+    Points are clipped before the trapezoids, so a level below chance counts as chance, never as a loss below it.
 
     Raises:
-        ValueError: as :func:`normalised_area`; or ``unpruned_score <= majority`` (no margin to keep) or a NaN
-            ``majority``.
+        ValueError: as :func:`normalised_area`; a NaN ``majority`` or unpruned score; a margin <= 0 (no margin over
+            chance to keep: the message says "not above the majority baseline").
     """
     if not (math.isfinite(majority) and math.isfinite(unpruned_score)):
         raise ValueError(f"majority {majority} and unpruned score {unpruned_score} must be finite")
-    margin = float(unpruned_score) - float(majority)
-    if margin <= 0:
-        raise ValueError(f"the unpruned score {unpruned_score:g} is not above the majority baseline {majority:g}: "
-                         "no margin over chance to keep")
+    margin = float(unpruned_score) - float(majority) if margin is None else float(margin)
+    if not margin > 0:
+        raise ValueError(f"the margin {margin:g} over the majority baseline {majority:g} is not positive: the "
+                         "reference is not above the majority baseline, no margin over chance to keep")
     above = np.maximum(np.asarray(scores, dtype=float) - majority, 0.0)
-    return normalised_area(fractions, above, margin) / margin
+    return normalised_area(fractions, above, max(float(unpruned_score) - majority, 0.0)) / margin
 
 
 @dataclass(frozen=True)

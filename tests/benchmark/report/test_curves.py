@@ -55,15 +55,16 @@ def majority(records, task, seed):
 
 def areas_by_hand(records, task, method, condition, seeds=range(6)):
     """The areas above chance, written out: clip each point at the majority, trapezoids over f = 0, .25, .5, .75,
-    divided by the range .75 and by the reference's margin."""
+    divided by the range .75 and by the reference's margin averaged over the seeds."""
     ref_method, ref_condition = REFERENCE[condition]
+    s0 = {s: score(records, task, s, ref_method, "none", ref_condition) for s in seeds}
+    margin = np.mean([max(s0[s] - majority(records, task, s), 0.0) for s in seeds])
     out = {}
     for s in seeds:
         m = majority(records, task, s)
-        s0 = score(records, task, s, ref_method, "none", ref_condition)
-        y = [max(v - m, 0.0) for v in [s0, *(score(records, task, s, method, b, condition) for b in LEVELS)]]
+        y = [max(v - m, 0.0) for v in [s0[s], *(score(records, task, s, method, b, condition) for b in LEVELS)]]
         area = sum(0.25 * (y[i] + y[i + 1]) / 2 for i in range(3))
-        out[s] = area / 0.75 / (s0 - m)
+        out[s] = area / 0.75 / margin
     return out
 
 

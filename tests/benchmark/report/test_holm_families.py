@@ -71,3 +71,45 @@ def test_report_lists_its_families_and_every_csv_row_names_one(tmp_path):
     assert set(primary.members.split("; ")) == {"random − original", "michel − original", "confidence − original"}
     md = (out / "report.md").read_text()
     assert "## Families" in md and "rte/prune-only/fraction:0.5/ablation" in md
+
+
+def test_the_primary_reference_is_compared_whatever_against_names_and_a_test_has_one_family(tmp_path):
+    records = make_records(tasks=("rte",), seeds=SEEDS, methods=METHODS)
+    folder = write_run(tmp_path / "run", records)
+    default = {k: v for k, v in _holm_p(folder).items() if v[0].endswith("/primary")}
+    (r,) = analyse(load_runs([folder]), against=("michel",), n_boot=100, n_boot_examples=20)
+    primary = {(r.task, r.group, c.target.label, c.reference.label): (c.family, c.all.p_holm)
+               for c in r.comparisons if c.tested and c.family.endswith("/primary")}
+    assert primary == default and len(primary) == 3
+    # random − michel is a "vs michel" test; it is not repeated as a pair with another Holm p
+    pairs = [frozenset((c.target.name, c.reference.name)) for c in (*r.comparisons, *r.pairwise)]
+    assert len(pairs) == len(set(pairs)) and frozenset(("random", "michel")) in pairs
+
+
+def test_a_superseded_curve_keeps_its_exact_p_outside_the_area_family_and_is_not_ranked(tmp_path):
+    """An old option set of michel's whole curve, replaced by a later run into the folder: its area pairs give their
+    exact p outside `.../area/pairwise`, whose Holm p equal those of the folder without it."""
+    import json
+
+    from headprune_bench.benchmark.report.curves import curve_frames
+
+    levels = ["fraction:0.25", "fraction:0.5", "fraction:0.75"]
+    records = make_records(tasks=("rte",), seeds=SEEDS, methods={"original": ["none"], "random": levels,
+                                                                 "michel": levels, "confidence": levels})
+    old = [dict(r, cell=r["cell"].replace("opts=abc123", "opts=old999"), method_options={"v": 1},
+                score=r["score"] + 0.2) for r in records if r["method"] == "michel"]
+    plans = [{"cells": [r["cell"] for r in old]}, {"cells": [r["cell"] for r in records]}]
+    auc = {}
+    for name, recs in (("with", records + old), ("without", records)):
+        folder = write_run(tmp_path / name, recs)
+        (folder / "runs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in plans))
+        auc[name] = curve_frames(load_runs([folder]), n_boot=100).auc
+    pairs = auc["with"][auc["with"].kind == "pair"]
+    stale = pairs[pairs.method.str.contains("old999") | pairs.vs.str.contains("old999")]
+    assert len(stale) == 3 and set(stale.outside) == {"superseded"} and stale.p_holm.isna().all()
+    assert stale.p_exact.notna().all()
+    def inside(frame):
+        rows = frame[(frame.kind == "pair") & (frame.outside.fillna("") == "")]
+        return {(m.replace(" opts=abc123", ""), v.replace(" opts=abc123", "")): p
+                for m, v, p in zip(rows.method, rows.vs, rows.p_holm)}
+    assert inside(auc["with"]) == inside(auc["without"]) and len(inside(auc["without"])) == 3

@@ -43,3 +43,14 @@ def test_bad_points_are_refused_as_for_the_plain_area():
         area_above_chance([0.5, 0.5], [0.6, 0.6], 0.7, 0.5)
     with pytest.raises(ValueError, match="must be finite"):
         area_above_chance([0.5], [0.6], 0.7, float("nan"))
+
+
+def test_a_given_margin_replaces_the_curves_own_and_only_scales_the_area():
+    own = area_above_chance([0.25, 0.5, 1.0], [0.80, 0.60, 0.40], unpruned_score=0.85, majority=0.50)
+    shared = area_above_chance([0.25, 0.5, 1.0], [0.80, 0.60, 0.40], 0.85, 0.50, margin=0.25)
+    assert shared == pytest.approx(own * 0.35 / 0.25, rel=1e-12)  # 5/32 / 0.25
+    # a seed whose reference is at chance keeps a curve of zeros under a shared margin, instead of being refused
+    assert area_above_chance([0.5], [0.7], unpruned_score=0.5, majority=0.5, margin=0.2) == pytest.approx(
+        (0.5 * (0.0 + 0.2) / 2) / 0.5 / 0.2, rel=1e-12)
+    with pytest.raises(ValueError, match="not above the majority baseline"):
+        area_above_chance([0.5], [0.7], 0.6, 0.5, margin=0.0)
