@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", "docs/results.md", "results/quick-protocol2/README.md"]
 BLOCK = re.compile(r"<!-- findings: (?P<path>\S+) -->(?P<text>.*?)<!-- /findings -->", re.S)
-NUMBER = re.compile(r"(?<![\w.])[−+]?(?:\d+\.\d+(?![\d.])|\d+%)")
+NUMBER = re.compile(r"(?<![\w.])[−+]?(?:\d+\.\d+(?!\d|\.\d)|\d+%)")
 
 
 def cited_numbers(text: str) -> list[str]:
@@ -26,8 +26,8 @@ def numbers_in(findings: str) -> set[str]:
 
 
 def test_cited_numbers_are_whole_and_signed_apart_from_link_targets():
-    assert cited_numbers("Δ −2.43 [−3.11, −1.69], Holm p 0.0137 at 50% ([x](a/b-1.2.md)), v5.24.0") == [
-        "−2.43", "−3.11", "−1.69", "0.0137", "50%"]
+    assert cited_numbers("Δ −2.43 [−3.11, −1.69], Holm p 0.0137 at 50% ([x](a/b-1.2.md)), v5.24.0, +3.57.") == [
+        "−2.43", "−3.11", "−1.69", "0.0137", "50%", "+3.57"]
     assert "0.04" not in numbers_in("Holm p 0.041") and "+2.89" not in numbers_in("−2.89")
     assert "2.89" in numbers_in("−2.89")
 
