@@ -389,6 +389,24 @@ def test_docs_adding_a_method_example_runs():
     assert result.scores is not None and result.scores.shape == (3, 4)
 
 
+def test_docs_adding_a_method_example_passes_the_linter_as_methods_magnitude_py():
+    """Issue 64, item 1: the example copied verbatim to methods/magnitude.py passes `ruff check` (CI runs it)."""
+    import re
+    import shutil
+    import subprocess
+
+    from repo_paths import REPO_ROOT
+
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (the dev extra brings it)")
+    readme = (REPO_ROOT / "docs" / "extending.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "# methods/magnitude.py" in b)
+    done = subprocess.run([ruff, "check", "--stdin-filename", "methods/magnitude.py", "-"], input=block, text=True,
+                          capture_output=True, cwd=REPO_ROOT, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_layer_floor_moves_heads_keeps_the_count_and_equals_a_floored_ranking():
     """apply_layer_floor: every layer keeps the floor, the count is kept, and for a method that prunes the lowest
     scores it equals lowest_k_mask with min_heads_per_layer (the same greedy ranking)."""
