@@ -4,6 +4,7 @@ parameter counts. See docs/heads.md ("Physical removal", "FLOPs and parameters")
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -139,6 +140,17 @@ def save_pruned(model: nn.Module, path, tokenizer=None) -> None:
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+    _readable_as_umask_allows(Path(path))
+
+
+def _readable_as_umask_allows(folder: Path) -> None:
+    """Give the saved files the mode a plain ``open`` would (0o666 less the umask): transformers writes
+    ``model.safetensors`` through a private temporary file, 0o600, which others sharing a model cannot read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in folder.iterdir():
+        if f.is_file():
+            f.chmod(0o666 & ~umask)
 
 
 def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:

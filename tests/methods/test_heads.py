@@ -388,6 +388,22 @@ def test_save_load_round_trip_tiny(tiny, tmp_path, model_cls):
     assert count_parameters(loaded) == count_parameters(model)
 
 
+def test_saved_files_have_the_mode_the_umask_gives(tiny, tmp_path):
+    """Issue 64, item 15: model.safetensors was written 0o600 (transformers' temporary file), unreadable to the
+    group and others that share an exported model."""
+    import os
+    import stat
+
+    model, _ = tiny
+    umask = os.umask(0o022)
+    try:
+        save_pruned(model, tmp_path)
+    finally:
+        os.umask(umask)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in tmp_path.iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}
+
+
 def test_save_load_round_trip_minilm(minilm, tmp_path):
     model, inputs = minilm
     model = copy.deepcopy(model)
