@@ -113,7 +113,7 @@ def task_sections(results: list[GroupResult]) -> list[str]:
         md.append(f"## {tables.group_title(r)}\n")
         if not r.seeds:  # every seed's base model failed: a table of "n = 0" and dashes says nothing
             md += [f"No seed with a working base model: every row has n = 0 (rows: "
-                   f"{', '.join(u.row_name for u in r.units)}).\n"]
+                   f"{'; '.join(u.label for u in r.units)}).\n"]
         else:
             md.append(tables.md_table(tables.task_table(r)))
         md += [f"- {n}" for n in tables.table_notes(r, "all")] + [""]

@@ -205,12 +205,13 @@ def task_table(r: GroupResult, which: str = "all") -> pd.DataFrame:
 
 
 def failed_seeds_table(r: GroupResult) -> pd.DataFrame:
-    """The scores of the base-failed seeds, one row per unit and a column per seed: shown apart, in no statistic
-    (empty without base failures)."""
+    """The scores of the base-failed seeds, one row per unit (method and budget) and a column per seed: shown apart,
+    in no statistic (empty without base failures)."""
     if not r.failed_scores:
         return pd.DataFrame()
     seeds = sorted({s for scores in r.failed_scores.values() for s in scores})
-    return pd.DataFrame([{"method": u.row_name, **{f"seed {s}": num(r.failed_scores[u].get(s)) for s in seeds}}
+    return pd.DataFrame([{"method": u.row_name, "budget": u.budget if u.budget != NO_BUDGET else "—",
+                          **{f"seed {s}": num(r.failed_scores[u].get(s)) for s in seeds}}
                          for u in r.units if u in r.failed_scores])
 
 

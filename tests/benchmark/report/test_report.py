@@ -657,3 +657,16 @@ def test_a_smoke_folder_says_at_the_top_that_it_is_a_plumbing_check(tmp_path):
     RecordStore(tmp_path).add_plan({"argv": ["--preset", "quick"], "cells": []})  # a folder of several presets
     md = (build_report([tmp_path], plots=False, echo=False) / "report.md").read_text()
     assert "A smoke run" not in md
+
+
+def test_every_row_of_a_base_failed_task_names_its_level(tmp_path):
+    """Issue 64, item 3: the base-failed seeds' table and the "(rows: ...)" list showed `random` once per level with
+    nothing to tell the levels apart, and joined names that hold commas with commas."""
+    records = make_records(tasks=("rte",), seeds=(0,), degenerate={("rte", 0, "original")},
+                           methods={"original": ["none"], "random": ["fraction:0.25", "fraction:0.5"],
+                                    "voita": ["fraction:0.5"]}, conditions=("prune-only", "own-fine-tuning"))
+    md = (build_report([write_run(tmp_path / "run", records)], plots=False, echo=False, n_boot=50,
+                       n_boot_examples=10) / "report.md").read_text()
+    assert "(rows: original; random [fraction:0.25]; random [fraction:0.5]; voita [fraction:0.5]" in md
+    table = md[md.index("the base-failed seeds"):]
+    assert "| random   | fraction:0.25 |" in table and "| random   | fraction:0.5  |" in table
