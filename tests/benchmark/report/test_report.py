@@ -634,7 +634,7 @@ def test_a_run_whose_every_base_model_failed_says_so_instead_of_n_0(tmp_path):
     md = (build_report([tmp_path], plots=False, echo=False) / "report.md").read_text()
     assert "Every seed's base model failed" in md and "n = 0 seeds" not in md
     # issue 42, item 11: no table of "n = 0" rows, no list with an empty field
-    assert "No seed with a working base model: every row has n = 0 (rows: original, random)." in md
+    assert "No seed with a working base model: every row has n = 0 (rows: original; random [fraction:0.5])." in md
     section = md[md.index("## WNLI"):md.index("## Cross-task")]
     assert "| original " not in section.split("base-failed seeds")[0]  # no table before the failed seeds' scores
     assert "seeds: none (n = 0)." in md and "1 seed(s): 0." in md
