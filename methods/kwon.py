@@ -33,11 +33,12 @@ class _Kwon(HeadPruner):
 
     def sample(self, context: PruningContext) -> list[int]:
         """The sample's example indices in the order they are batched: ``min(sample_size, n)`` of the split,
-        drawn without replacement with the cell's seed and kept in the order drawn, so each minibatch is a random
-        subset of the split, as in the official code (``np.random.choice`` with replacement, in the order drawn;
-        WNLI has 635 train examples, which 2048 draws with replacement would repeat ~3 times each). Option
-        ``sample_order="sorted"``: the same rows sorted, as the suite batched them before issue 61 (each minibatch a
-        run of neighbouring rows), to reproduce the records made then."""
+        drawn without replacement with the cell's seed, in the order drawn (each minibatch a random subset of the
+        split, as in the official code; docs/methods.md says why without replacement). ``sample_order="sorted"``:
+        the same rows sorted, to reproduce the records made before issue 61.
+
+        Raises:
+            ValueError: the split is empty."""
         n = context.num_examples(self.options["split"])
         if n == 0:
             raise ValueError(f"{self.name}: the split {self.options['split']!r} is empty")

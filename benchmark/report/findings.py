@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from headprune_bench.benchmark.report.analysis import ALPHA, PAIRWISE, PRIMARY, Comparison, GroupResult
+from headprune_bench.benchmark.report.curves import display_name
 from headprune_bench.benchmark.report.load import RunData
 from headprune_bench.benchmark.report.tables import md_table, num, p_text
 from headprune_bench.benchmark.report.units import budget_key, short_budget, task_label
@@ -29,10 +30,6 @@ def _kind(c: Comparison) -> str:
 def _delta(c: Comparison) -> str:
     s = c.all.stats
     return f"{num(s.mean_diff, sign=True)} [{num(s.ci_low)}, {num(s.ci_high)}]"
-
-
-def _name(c: Comparison) -> str:
-    return c.target.name + (f" opts={c.target.opts}" if c.target.opts else "")
 
 
 def _level(budget: str) -> str:
@@ -66,14 +63,14 @@ def _sentences(r: GroupResult, ref: str) -> list[str]:
         parts = []
         if below:
             parts.append("significantly below the " + ref + ": " + ", ".join(
-                f"{_name(c)} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
+                f"{display_name(c.target)} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
                 for c in below))
         if above:
             parts.append("significantly above: " + ", ".join(
-                f"{_name(c)} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
+                f"{display_name(c.target)} {num(c.all.stats.mean_diff, sign=True)} (Holm p {p_text(c.all.p_holm)})"
                 for c in above))
         if none:
-            parts.append("no detectable difference: " + ", ".join(_name(c) for c in none))
+            parts.append("no detectable difference: " + ", ".join(display_name(c.target) for c in none))
         out.append(f"- {_level(level)} ({len(at)} test{'s' if len(at) != 1 else ''}): " + "; ".join(parts) + ".")
     return out
 
