@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import copy
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -13,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from headprune_bench.methods.options import Interval, OptionError, check_constraints
+from headprune_bench.methods.options import Interval, OptionError, merge_options
 
 Batch = dict[str, torch.Tensor]
 """One batch on the run's device: ``input_ids``, ``attention_mask``, ``token_type_ids`` (all ``[B, T]`` long)
@@ -147,16 +146,8 @@ class HeadPruner(abc.ABC):
     conformance_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **options: Any) -> None:
-        unknown = sorted(set(options) - set(self.defaults))
-        if unknown:
-            known = ", ".join(sorted(self.defaults)) or "(none)"
-            raise OptionError(f"unknown option(s) {unknown} for method '{self.name}'; known options: {known}")
-        merged = copy.deepcopy(dict(self.defaults))
-        for key, value in options.items():
-            merged[key] = _coerce(self.name, key, value, self.defaults[key])
-        check_constraints(self.name, merged, {**{k: tuple(v) for k, v in self.choices.items()}, **self.constraints})
-        self.options: dict[str, Any] = merged
-        json.dumps(self.options)  # options must be serialisable: they go into every record and the config hash
+        constraints = {**{k: tuple(v) for k, v in self.choices.items()}, **self.constraints}
+        self.options: dict[str, Any] = merge_options("method", self.name, self.defaults, options, constraints)
         self.check_options()
 
     def check_setup(self, num_layers: int, num_heads: int, target_heads: int | None, model_config: Any) -> None:
@@ -213,34 +204,6 @@ class HeadPruner(abc.ABC):
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{type(self).__name__}({opts})"
-
-
-def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
-    """``value`` as the type of ``default`` (an int passes for a float; a CLI string is parsed as JSON)."""
-    if default is None or value is None:
-        return value
-    target = type(default)
-    if isinstance(value, str) and target is not str:
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise OptionError(
-                f"option '{key}' of method '{method}': cannot parse {value!r} as {target.__name__}"
-            ) from exc
-    if target is bool:
-        if isinstance(value, bool):
-            return value
-    elif target is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif target is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif isinstance(value, target):
-        return value
-    raise OptionError(
-        f"option '{key}' of method '{method}' expects {target.__name__} (default {default!r}), got {value!r}"
-    )
 
 
 def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:

@@ -2,6 +2,8 @@
 is constructed. See docs/heads.md ("Options and constraints")."""
 from __future__ import annotations
 
+import copy
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -76,3 +78,56 @@ def check_constraints(method: str, options: dict[str, Any], constraints: dict[st
                 raise OptionError(f"{method}: option {key} must be {rule}, got {value!r}")
         elif value not in tuple(rule):
             raise OptionError(f"{method}: option {key} must be one of {tuple(rule)}, got {value!r}")
+
+
+def merge_options(kind: str, name: str, defaults: dict[str, Any], options: dict[str, Any],
+                  constraints: dict[str, Any]) -> dict[str, Any]:
+    """``defaults`` updated by ``options``, each coerced to its default's type (a CLI string parsed as JSON) and
+    checked against ``constraints``; what a method's or a repair's constructor stores. ``kind`` (``method``,
+    ``repair``) and ``name`` go into the messages.
+
+    Raises:
+        OptionError: an unknown option (the message lists the known ones), a wrong type, a value outside its
+            constraint, or options that are not JSON-serialisable.
+    """
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        known = ", ".join(sorted(defaults)) or "(none)"
+        raise OptionError(f"unknown option(s) {unknown} for {kind} '{name}'; known options: {known}")
+    merged = copy.deepcopy(dict(defaults))
+    for key, value in options.items():
+        merged[key] = _coerce(kind, name, key, value, defaults[key])
+    check_constraints(name, merged, constraints)
+    try:
+        json.dumps(merged)  # options go into every record and the config hash
+    except TypeError as exc:
+        raise OptionError(f"{kind} '{name}': options must be JSON-serialisable ({exc})") from exc
+    return merged
+
+
+def _coerce(kind: str, name: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` as the type of ``default`` (an int passes for a float; a CLI string is parsed as JSON)."""
+    if default is None or value is None:
+        return value
+    target = type(default)
+    if isinstance(value, str) and target is not str:
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise OptionError(
+                f"option '{key}' of {kind} '{name}': cannot parse {value!r} as {target.__name__}"
+            ) from exc
+    if target is bool:
+        if isinstance(value, bool):
+            return value
+    elif target is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif target is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, target):
+        return value
+    raise OptionError(
+        f"option '{key}' of {kind} '{name}' expects {target.__name__} (default {default!r}), got {value!r}"
+    )

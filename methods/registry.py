@@ -1,6 +1,7 @@
-"""Registry of pruning methods: name -> :class:`~headprune_bench.methods.base.HeadPruner` subclass, filled by
-:func:`register` in this package's modules and by the entry-point group ``headprune_bench.methods``. See
-docs/heads.md ("Registry and discovery")."""
+"""Registries of the package's pluggable parts: pruning methods (name -> HeadPruner subclass, filled by
+:func:`register` in this package's modules and by the entry-point group ``headprune_bench.methods``) and, through
+the same :class:`Registry`, repairs (:mod:`headprune_bench.methods.repairs`). See docs/heads.md ("Registry and
+discovery")."""
 from __future__ import annotations
 
 import difflib
@@ -8,22 +9,110 @@ import importlib
 import importlib.metadata
 import pkgutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from headprune_bench.methods.base import HeadPruner
 
 ENTRY_POINT_GROUP = "headprune_bench.methods"
 
-_REGISTRY: dict[str, type[HeadPruner]] = {}
-_SOURCES: dict[str, str] = {}
-_discovered = False
+T = TypeVar("T")
 
 
-class UnknownMethodError(KeyError):
-    """A method name that is not registered. The message lists the known names and a close match."""
+class UnknownNameError(KeyError):
+    """A name that is not registered. The message lists the known names and a close match."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0])
+
+
+class UnknownMethodError(UnknownNameError):
+    """A method name that is not registered."""
+
+
+class Registry(Generic[T]):
+    """Name -> subclass of ``base`` (each with a ``name`` class attribute), filled by :meth:`register` when the
+    modules of ``package`` (the folder ``folder``) are imported and from the entry points of ``group``.
+
+    ``kind`` (``method``, ``repair``) names the entries in messages; ``error`` is raised for an unknown name.
+    """
+
+    def __init__(self, base: type, kind: str, package: str, folder: Path, group: str | None,
+                 error: type[UnknownNameError] = UnknownNameError):
+        self.base, self.kind, self.package, self.folder, self.group, self.error = \
+            base, kind, package, folder, group, error
+        self.entries: dict[str, type[T]] = {}
+        self.sources: dict[str, str] = {}
+        self.discovered = False
+
+    def register(self, cls: type[T]) -> type[T]:
+        """Class decorator: add ``cls`` under ``cls.name``.
+
+        Raises:
+            TypeError: ``cls`` is not a subclass of the base or has no name.
+            ValueError: another class already holds that name.
+        """
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise TypeError(f"register() expects a {self.base.__name__} subclass, got {cls!r}")
+        if not cls.name:
+            raise TypeError(f"{cls.__qualname__} has no `name` class attribute")
+        existing = self.entries.get(cls.name)
+        if existing is not None and existing is not cls:
+            raise ValueError(f"{self.kind} name '{cls.name}' is already registered by "
+                             f"{existing.__module__}.{existing.__qualname__}")
+        self.entries[cls.name] = cls
+        self.sources.setdefault(cls.name, cls.__module__)
+        return cls
+
+    def discover(self) -> None:
+        """Import the package's modules (not ``_private`` ones) and load the entry points, once."""
+        if self.discovered:
+            return
+        self.discovered = True
+        for info in pkgutil.iter_modules([str(self.folder)]):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{info.name}")
+        if self.group:
+            for ep in importlib.metadata.entry_points(group=self.group):
+                cls = ep.load()
+                self.register(cls)
+                self.sources[cls.name] = f"entry point {ep.value}"
+
+    def available(self) -> dict[str, type[T]]:
+        """Every registered class, sorted by name."""
+        self.discover()
+        return dict(sorted(self.entries.items()))
+
+    def shipped(self) -> dict[str, type[T]]:
+        """The classes of this package and of entry points, sorted by name (not classes registered on the fly,
+        e.g. by a test module)."""
+        return {name: cls for name, cls in self.available().items()
+                if cls.__module__.startswith(self.package + ".")
+                or self.sources.get(name, "").startswith("entry point")}
+
+    def source(self, name: str) -> str:
+        """Where ``name`` comes from (module or entry point)."""
+        self.discover()
+        return self.sources.get(name, "?")
+
+    def get(self, name: str) -> type[T]:
+        """The class registered under ``name``.
+
+        Raises:
+            UnknownNameError (``error``): with the list of known names and a "did you mean" suggestion.
+        """
+        self.discover()
+        try:
+            return self.entries[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, list(self.entries), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise self.error(f"unknown {self.kind} '{name}'{hint}; known {self.kind}s: "
+                             f"{', '.join(sorted(self.entries))}") from None
+
+
+METHODS: Registry[HeadPruner] = Registry(HeadPruner, "method", "headprune_bench.methods", Path(__file__).parent,
+                                         ENTRY_POINT_GROUP, UnknownMethodError)
+"""The pruning methods."""
 
 
 def register(cls: type[HeadPruner]) -> type[HeadPruner]:
@@ -33,47 +122,18 @@ def register(cls: type[HeadPruner]) -> type[HeadPruner]:
         TypeError: ``cls`` is not a HeadPruner subclass or has no name.
         ValueError: another class already holds that name.
     """
-    if not (isinstance(cls, type) and issubclass(cls, HeadPruner)):
-        raise TypeError(f"register() expects a HeadPruner subclass, got {cls!r}")
-    if not cls.name:
-        raise TypeError(f"{cls.__qualname__} has no `name` class attribute")
-    existing = _REGISTRY.get(cls.name)
-    if existing is not None and existing is not cls:
-        raise ValueError(
-            f"method name '{cls.name}' is already registered by {existing.__module__}.{existing.__qualname__}")
-    _REGISTRY[cls.name] = cls
-    _SOURCES.setdefault(cls.name, cls.__module__)
-    return cls
-
-
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.name.startswith("_"):
-            continue
-        importlib.import_module(f"{__package__}.{info.name}")
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cls = ep.load()
-        register(cls)
-        _SOURCES[cls.name] = f"entry point {ep.value}"
+    return METHODS.register(cls)
 
 
 def available_methods() -> dict[str, type[HeadPruner]]:
     """All registered methods, sorted by name."""
-    _discover()
-    return dict(sorted(_REGISTRY.items()))
+    return METHODS.available()
 
 
 def shipped_methods() -> dict[str, type[HeadPruner]]:
     """The registered methods of this package and of entry points, sorted by name (not classes registered on the
     fly, e.g. by a test module)."""
-    _discover()
-    return {name: cls for name, cls in available_methods().items()
-            if cls.__module__.startswith("headprune_bench.methods.")
-            or _SOURCES.get(name, "").startswith("entry point")}
+    return METHODS.shipped()
 
 
 def in_methods_all(cls: type[HeadPruner]) -> bool:
@@ -83,8 +143,7 @@ def in_methods_all(cls: type[HeadPruner]) -> bool:
 
 def method_source(name: str) -> str:
     """Where a method comes from (module or entry point)."""
-    _discover()
-    return _SOURCES.get(name, "?")
+    return METHODS.source(name)
 
 
 def get_method_class(name: str) -> type[HeadPruner]:
@@ -93,15 +152,7 @@ def get_method_class(name: str) -> type[HeadPruner]:
     Raises:
         UnknownMethodError: with the list of known names and a "did you mean" suggestion.
     """
-    _discover()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise UnknownMethodError(
-            f"unknown method '{name}'{hint}; known methods: {', '.join(sorted(_REGISTRY))}"
-        ) from None
+    return METHODS.get(name)
 
 
 def create(name: str, **options: Any) -> HeadPruner:

@@ -367,8 +367,8 @@ def test_third_party_method_registers_through_an_entry_point(tmp_path, monkeypat
     real = importlib.metadata.entry_points
     monkeypatch.setattr(importlib.metadata, "entry_points",
                         lambda group=None: [ep] if group == registry.ENTRY_POINT_GROUP else real(group=group))
-    monkeypatch.setattr(registry, "_discovered", False)
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry.METHODS, "discovered", False)
+    monkeypatch.setattr(registry.METHODS, "entries", dict(registry.METHODS.entries))
     assert "test-first-heads" in methods.available_methods()
     assert registry.method_source("test-first-heads") == "entry point thirdparty_pruner:FirstHeads"
     check_pruner("test-first-heads", target_heads=2)
