@@ -183,7 +183,7 @@ def check_option_constraints(method: type[HeadPruner] | str) -> None:
         AssertionError: an option without a constraint, or a value outside one accepted or refused without naming it.
     """
     cls = get_method_class(method) if isinstance(method, str) else method
-    rules = {**{k: tuple(v) for k, v in cls.choices.items()}, **cls.constraints}
+    rules = {**{k: tuple(v) for k, v in getattr(cls, "choices", {}).items()}, **cls.constraints}
     for key, default in cls.defaults.items():
         if isinstance(default, bool) or default is None or isinstance(default, (list, dict)):
             continue  # a bool's type is its whole constraint

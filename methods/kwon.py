@@ -15,8 +15,9 @@ from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, Pru
 from headprune_bench.methods.heads import forward_flops
 from headprune_bench.methods.options import Interval
 from headprune_bench.methods.registry import register
+from headprune_bench.methods.repair import CALIBRATION_SALT, calibration_indices
+from headprune_bench.methods.repairs.scales import TEACHERS, tune_heads
 
-TEACHERS = ("sqrt", "unpruned")
 SAMPLE_ORDERS = ("drawn", "sorted")
 
 
@@ -42,8 +43,7 @@ class _Kwon(HeadPruner):
         n = context.num_examples(self.options["split"])
         if n == 0:
             raise ValueError(f"{self.name}: the split {self.options['split']!r} is empty")
-        order = torch.randperm(n, generator=context.generator(salt=40))
-        drawn = order[: min(self.options["sample_size"], n)].tolist()
+        drawn = calibration_indices(n, context.generator(salt=CALIBRATION_SALT), self.options["sample_size"])
         return sorted(drawn) if self.options["sample_order"] == "sorted" else drawn
 
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
@@ -86,15 +86,8 @@ class _Kwon(HeadPruner):
             timings["rearrange_wall_s"] = round(time.time() - start, 3)
         if "tune" in self.stages:
             start = time.time()
-            teacher_kept = total if opts["teacher"] == "unpruned" else stages.teacher_heads_kept(total, total - target)
-            teacher = lowest_k_mask(fisher, total - teacher_kept)
-            tuning = stages.tune_scales(model, batches, mask, teacher, opts["lsmr_maxiter"])
-            head_scales = tuning.scales
-            trace["tune"] = {"teacher": opts["teacher"], "teacher_heads_kept": teacher_kept,
-                             "tuned_layers": tuning.tuned, "skipped_layers": tuning.skipped,
-                             "stopped_at_layer": tuning.stopped_at, "stop_reason": tuning.reason,
-                             "lsmr_istop": {str(k): v for k, v in tuning.istop.items()},
-                             "cached_layer_inputs": tuning.cached_inputs, "ffn_rescaling": False}
+            head_scales, trace["tune"] = tune_heads(model, batches, mask, fisher, opts["teacher"],
+                                                    opts["lsmr_maxiter"])
             timings["tune_wall_s"] = round(time.time() - start, 3)
         trace["timings"] = timings
         return PruningResult(mask=mask, scores=fisher, head_scales=head_scales, trace=trace)

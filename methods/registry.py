@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from headprune_bench.methods.base import HeadPruner
+from headprune_bench.methods.repair import Repair
 
 ENTRY_POINT_GROUP = "headprune_bench.methods"
+REPAIR_ENTRY_POINT_GROUP = "headprune_bench.repairs"
 
 T = TypeVar("T")
 
@@ -27,6 +29,10 @@ class UnknownNameError(KeyError):
 
 class UnknownMethodError(UnknownNameError):
     """A method name that is not registered."""
+
+
+class UnknownRepairError(UnknownNameError):
+    """A repair name that is not registered."""
 
 
 class Registry(Generic[T]):
@@ -158,3 +164,36 @@ def get_method_class(name: str) -> type[HeadPruner]:
 def create(name: str, **options: Any) -> HeadPruner:
     """Instantiate the method ``name`` with ``options`` (see each method's ``defaults``)."""
     return get_method_class(name)(**options)
+
+
+REPAIRS: Registry[Repair] = Registry(Repair, "repair", "headprune_bench.methods.repairs",
+                                     Path(__file__).parent / "repairs", REPAIR_ENTRY_POINT_GROUP, UnknownRepairError)
+"""The repairs (:mod:`headprune_bench.methods.repairs`)."""
+
+
+def register_repair(cls: type[Repair]) -> type[Repair]:
+    """Class decorator: add a :class:`~headprune_bench.methods.repair.Repair` subclass under ``cls.name``.
+
+    Raises:
+        TypeError: not a Repair subclass, or no name. ValueError: another class holds that name.
+    """
+    return REPAIRS.register(cls)
+
+
+def available_repairs() -> dict[str, type[Repair]]:
+    """Every registered repair, sorted by name."""
+    return REPAIRS.available()
+
+
+def get_repair_class(name: str) -> type[Repair]:
+    """The repair registered under ``name``.
+
+    Raises:
+        UnknownRepairError: with the list of known repairs and a "did you mean" suggestion.
+    """
+    return REPAIRS.get(name)
+
+
+def create_repair(name: str, **options: Any) -> Repair:
+    """Instantiate the repair ``name`` with ``options``. Raises UnknownRepairError, OptionError."""
+    return get_repair_class(name)(**options)

@@ -19,11 +19,11 @@ FOLDERS = {"methods": ROOT / "methods", "benchmark": ROOT / "benchmark"}
 LAYERS: list[tuple[str, ...]] = [
     # methods: knows torch and transformers models, nothing of GLUE files, runs or the CLI
     ("methods.options", "methods.heads"),
-    ("methods.base",),
-    ("methods.registry", "methods.attention", "methods.hard_concrete", "methods.gates"),
+    ("methods.base", "methods.repair"),
+    ("methods.registry", "methods.attention", "methods.hard_concrete", "methods.gates", "methods.mask_tuning"),
     ("methods.random", "methods.confidence", "methods.michel", "methods.voita", "methods.dsp", "methods.redundancy",
-     "methods.auber"),
-    ("methods.conformance",),
+     "methods.auber", "methods.repairs"),
+    ("methods.conformance", "methods.repairs.conformance"),
     ("methods",),  # the package's public facade
     # benchmark, lowest first
     ("benchmark",),  # the package's docstring only
