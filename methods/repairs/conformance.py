@@ -35,6 +35,9 @@ def test_mask(num_layers: int = 3, num_heads: int = 4) -> torch.Tensor:
     return mask
 
 
+test_mask.__test__ = False  # (a helper, not a test, where a test module imports it)
+
+
 def repair_context(model, seed: int = 0, n: int = 24, batch_size: int = 8) -> RepairContext:
     """A :class:`RepairContext` over ``n`` synthetic examples in batches of ``batch_size``, seeded scores and the
     conformance fine-tune of :func:`~headprune_bench.methods.conformance.synthetic_context`."""
