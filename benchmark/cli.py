@@ -17,8 +17,9 @@ import click
 from headprune_bench import methods
 from headprune_bench.benchmark import tasks
 from headprune_bench.benchmark.config.presets import PRECISIONS, PRESETS, ConfigError
-from headprune_bench.benchmark.store.records import CONDITIONS
+from headprune_bench.benchmark.store.records import CONDITIONS, is_repair_condition, repair_of
 from headprune_bench.methods.heads import LAYOUTS
+from headprune_bench.methods.registry import available_repairs
 
 log = logging.getLogger("benchmark")
 
@@ -60,6 +61,9 @@ def list_cmd() -> None:
     for cls in dict.fromkeys(LAYOUTS.values()):
         click.echo(f"  {cls.family:<14} model types: {', '.join(cls.model_types)}; attention: "
                    f"{', '.join(cls.attn_implementations)}")
+    click.echo("repairs (bench run --repair):")
+    for name, cls in available_repairs().items():
+        click.echo(f"  {name:<14} {cls.summary}")
     click.echo("presets:")
     for name, p in PRESETS.items():
         click.echo(f"  {name:<14} {p.description}")
@@ -93,6 +97,10 @@ def list_cmd() -> None:
 @click.option("--recover/--no-recover", default=True, show_default=True,
               help="Also run the prune+recover condition (the headline) and the fine-tuning control (protocol "
                    "§4); --no-recover: prune-only (and a re-training method's own weights) alone.")
+@click.option("--repair", default=None, metavar="R1,R2,...",
+              help="Repairs of every selector's mask at every level, each a cell prune+<repair> that reuses the "
+                   "prune-only mask: none, bias, scales, weights (`bench list`). none = prune-only, finetune = "
+                   "prune+recover. A method that repairs its own mask (kwon) is skipped, said on screen.")
 @click.option("--min-heads-per-layer", "min_heads_per_layer", type=int, default=0, show_default=True,
               help="A per-layer floor applied to every method's mask alike after it prunes: a layer left with fewer "
                    "heads gets its best-scored pruned heads back, and as many lowest-scored heads elsewhere are "
@@ -126,8 +134,8 @@ def list_cmd() -> None:
               help="Run `bench report` on the folder at the end.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Plots in the final report.")
 def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, precision, out, data_dir, recover,
-            min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell, gpus_per_cell,
-            time_limit, wait_for_base, dry_run, progress, report, plots) -> None:
+            repair, min_heads_per_layer, match_per_layer, options, workers, ray_address, threads_per_cell,
+            gpus_per_cell, time_limit, wait_for_base, dry_run, progress, report, plots) -> None:
     """Run (or resume) a benchmark; finished cells in --out are never recomputed."""
     from headprune_bench.benchmark.run.runner import Runner, make_run_config
 
@@ -138,7 +146,7 @@ def run_cmd(methods_spec, tasks_spec, seeds, model, budget, preset, device, prec
                               progress=progress, precision=precision, workers=workers, ray_address=ray_address,
                               threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell,
                               min_heads_per_layer=min_heads_per_layer, time_limit=time_limit,
-                              wait_for_base=wait_for_base)
+                              wait_for_base=wait_for_base, repair=repair)
         # first line: where the tasks come from (reading the hub offline takes a while to fail)
         click.echo(f"bench run: tasks {','.join(cfg.tasks)} from {tasks.describe_data_source(cfg.data_dir)}")
         runner = Runner(cfg, dry_run=dry_run)
@@ -240,13 +248,29 @@ def report_cmd(folders, against, formats, plots, out) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+def _condition(value: str) -> str:
+    """``--condition`` of ``bench export``: a condition, or ``prune+<repair>`` of a registered repair."""
+    from headprune_bench.methods.registry import UnknownNameError, get_repair_class
+
+    if value in CONDITIONS:
+        return value
+    if not is_repair_condition(value):
+        raise click.BadParameter(f"{value!r}: expected one of {', '.join(CONDITIONS)} or prune+REPAIR")
+    try:
+        get_repair_class(repair_of(value))
+    except UnknownNameError as exc:
+        raise click.BadParameter(f"{value!r}: {exc}") from None
+    return value
+
+
 @main.command("export")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--task", required=True, help="GLUE task of the cell (mrpc, cola, rte, wnli).")
 @click.option("--seed", required=True, type=int, help="Seed of the cell.")
 @click.option("--method", required=True, help="Method of the cell ('original' for the unpruned model).")
-@click.option("--condition", default="prune+recover", show_default=True, type=click.Choice(list(CONDITIONS)),
-              help="Which of the cell's models: the base weights (prune-only), recovered, control, or own.")
+@click.option("--condition", default="prune+recover", show_default=True, callback=lambda ctx, p, v: _condition(v),
+              help=f"Which of the cell's models: {', '.join(CONDITIONS)} (the base weights, recovered, control, own), "
+                   f"or prune+REPAIR (a repair cell, e.g. prune+bias).")
 @click.option("--budget", default=None, help="The cell's budget spec, when the folder holds several (e.g. "
               "fraction:0.3, own, matched:auber).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The folder to write.")

@@ -173,6 +173,12 @@ class HeadPruner(abc.ABC):
         runner then adds the condition ``own-fine-tuning`` (docs/protocol.md §4). Default: False."""
         return False
 
+    def own_repair(self) -> str | None:
+        """The repair this method applies to its own mask with these options (``kwon``: ``"scales"``), or None
+        when its prune-only result is a plain mask on the base weights; ``bench run --repair`` repairs only the
+        latter and skips the former, saying so. Default: None."""
+        return None
+
     def ranks_once(self) -> bool:
         """Whether, with these options, :meth:`prune`'s mask at any fixed target K is :meth:`mask_at` of its
         ``scores``, and the scores do not depend on K: a sweep then scores once per (task, seed) and derives every

@@ -46,6 +46,10 @@ class _Kwon(HeadPruner):
         drawn = calibration_indices(n, context.generator(salt=CALIBRATION_SALT), self.options["sample_size"])
         return sorted(drawn) if self.options["sample_order"] == "sorted" else drawn
 
+    def own_repair(self) -> str | None:
+        """``"scales"`` when this name runs the mask tuning (``kwon``), else None."""
+        return "scales" if "tune" in self.stages else None
+
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Fisher search of the ``target_heads`` heads to prune, then the stages of this name; weights untouched.
 

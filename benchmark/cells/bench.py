@@ -105,6 +105,8 @@ class SeedBench:
     """Whether ``CellWork.base_check`` has run on this bench."""
     base_differs: int | None = None
     """Its count of dev predictions that differ from the stored original record (None: unchecked, or no comparison)."""
+    calibration: Any = None
+    """The repair cells' calibration context (``cells.repairing.calibration``), built by the first that needs it."""
     layout: Any = field(init=False)
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ from headprune_bench.benchmark import models, tasks, training
 from headprune_bench.benchmark.cells import bench as cell
 from headprune_bench.benchmark.cells.bench import SeedBench, TaskData, train_splits
 from headprune_bench.benchmark.cells.levels import ScorePass, stored_pass, with_floor
+from headprune_bench.benchmark.cells.repairing import repair_step
 from headprune_bench.benchmark.config.presets import ConfigError
 from headprune_bench.benchmark.config.run import RunConfig
 from headprune_bench.benchmark.provenance import machine_name, now_utc
@@ -30,13 +31,14 @@ from headprune_bench.benchmark.store.records import (
     OWN,
     OWN_BUDGET,
     PRUNE_ONLY,
-    RECOVER,
     BudgetInfo,
     CellKey,
     Cost,
     Record,
     base_differs_text,
+    is_repair_condition,
     read_ids,
+    reuses_mask,
 )
 from headprune_bench.benchmark.training import Counter
 from headprune_bench.methods.base import HeadPruner, PruningResult
@@ -125,7 +127,7 @@ def prune_input(condition: str, reuse: PruneState | None, stored_prune: dict[str
     stored record has not; a ``prune+recover`` cell needs the mask alone, which the stored record has."""
     if condition == OWN and reuse is not None and reuse.from_record:
         reuse = None  # a stored record has no re-trained weights
-    if reuse is None and stored_prune is not None and condition == RECOVER:
+    if reuse is None and stored_prune is not None and reuses_mask(condition):
         reuse = PruneState.of_record(stored_prune)
     return reuse
 
@@ -143,7 +145,7 @@ def prunes_again(method: str, condition: str, computed: bool, stored: bool) -> b
     the result, weights included) and whether a prune-only record of it is ``stored`` (mask and scores, no
     weights): not the unpruned model, nor a cell with the step computed, nor a ``prune+recover`` cell with it
     stored (:func:`prune_input`). The Ray driver asks it before the step's result has reached it."""
-    return method != ORIGINAL and not computed and not (condition == RECOVER and stored)
+    return method != ORIGINAL and not computed and not (reuses_mask(condition) and stored)
 
 
 @dataclass
@@ -347,6 +349,9 @@ class CellWork:
             ConfigError / RuntimeError: as :meth:`run_cell`.
         """
         pruned, state = self._prune_step(bench, method, counter, setter_record, reuse, level, scores)
+        if is_repair_condition(condition):
+            model, pruned = repair_step(bench, pruned, condition, counter)
+            return pruned, state, model, pruned.mask
         model = cell.condition_step(bench, pruned, condition, counter)
         return pruned, state, model, cell.dev_mask(method, condition, pruned)
 

@@ -49,6 +49,9 @@ class RunConfig:
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         data_dir: the GLUE folder, or None (``$GLUE_DIR``, else the hub).
         recover: also run the ``prune+recover`` and ``control`` conditions (the headline; default).
+        repairs: the training-free repairs of ``--repair`` whose ``prune+<repair>`` cells repair every selector's
+            mask at every level (``none`` and ``finetune`` are the prune-only and prune+recover conditions, never
+            listed here); empty: none.
         match_per_layer: with ``matched:METHOD``, match the setter's per-layer counts too.
         min_heads_per_layer: the per-layer floor every method's mask is moved to after it prunes (0: none;
             :func:`headprune_bench.methods.base.apply_layer_floor`); part of the budget (cell keys say ``/floor:M``).
@@ -79,6 +82,7 @@ class RunConfig:
     device: str = "auto"
     data_dir: str | None = None
     recover: bool = True
+    repairs: tuple[str, ...] = ()
     match_per_layer: bool = False
     min_heads_per_layer: int = 0
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -119,7 +123,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
                     progress: bool = True, precision: str = "fp32", workers: int | str | None = None,
                     ray_address: str | None = None, threads_per_cell: int | None = None,
                     gpus_per_cell: float | None = None, min_heads_per_layer: int = 0,
-                    time_limit: str | None = None, wait_for_base: bool = False) -> RunConfig:
+                    time_limit: str | None = None, wait_for_base: bool = False,
+                    repair: str | None = None) -> RunConfig:
     """Resolve CLI strings over a preset into a :class:`RunConfig`.
 
     ``seeds``: ``"N"`` = seeds 0..N-1, or ``"a,b,c"`` (each in ``[0, 2**31 - 1]``, none twice); ``None`` = the
@@ -127,7 +132,8 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     ``ray_address`` / ``threads_per_cell`` / ``gpus_per_cell``: see :func:`check_execution`.
     ``budget``: ``--budget``'s text (:func:`~headprune_bench.benchmark.config.presets.parse_budgets`), None: the
     preset's. ``time_limit``: ``--time-limit``'s text
-    (:func:`~headprune_bench.benchmark.config.presets.parse_duration`), or None.
+    (:func:`~headprune_bench.benchmark.config.presets.parse_duration`), or None. ``repair``: ``--repair``'s text
+    (:func:`parse_repairs`), or None.
 
     Raises:
         ConfigError / tasks.DataError / methods.UnknownMethodError: naming the bad option.
@@ -151,14 +157,42 @@ def make_run_config(*, out: str | Path, preset: str, methods_spec: str, tasks_sp
     if match_per_layer and not any(b.kind == "matched" for b in levels):
         raise ConfigError(f"--match-per-layer matches a budget setter's per-layer counts: it needs --budget "
                           f"matched:METHOD, not {','.join(b.label for b in levels)}")
+    repairs = parse_repairs(repair, recover)
     return RunConfig(out=Path(out), preset=p, methods=names, tasks=task_names, seeds=seed_list,
                      budgets=levels, model=models.normalize_model(model or p.model), device=device,
-                     data_dir=data_dir, recover=recover, match_per_layer=match_per_layer,
+                     data_dir=data_dir, recover=recover, repairs=repairs, match_per_layer=match_per_layer,
                      min_heads_per_layer=min_heads_per_layer,
                      method_options=_merge_options(p, names, method_options or {}), progress=progress,
                      precision=precision, workers=workers, auto_workers=auto_workers, ray_address=ray_address,
                      threads_per_cell=threads_per_cell, gpus_per_cell=gpus_per_cell, time_limit_s=time_limit_s,
                      wait_for_base=wait_for_base)
+
+
+def parse_repairs(text: str | None, recover: bool) -> tuple[str, ...]:
+    """``--repair``: a comma-separated list of registered repairs (``bench list``); returns the training-free ones
+    in the order given, once each. ``none`` (prune-only, always run) and ``finetune`` (prune+recover, run unless
+    ``--no-recover``) are conditions of their own and are dropped from the tuple.
+
+    Raises:
+        ConfigError: an empty list or item, an unknown repair (the message lists the registered ones and a close
+            match), or ``finetune`` with ``--no-recover``.
+    """
+    if text is None:
+        return ()
+    from headprune_bench.methods.registry import UnknownNameError, get_repair_class
+
+    names = [n.strip().lower() for n in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise ConfigError(f"--repair {text!r}: expected a comma-separated list of repairs (bench list), e.g. "
+                          f"none,bias,scales,weights")
+    for name in names:
+        try:
+            get_repair_class(name)
+        except UnknownNameError as exc:
+            raise ConfigError(f"--repair: {exc}") from None
+    if "finetune" in names and not recover:
+        raise ConfigError("--repair finetune is the prune+recover condition, which --no-recover turns off; drop one")
+    return tuple(dict.fromkeys(n for n in names if n not in ("none", "finetune")))
 
 
 def parse_workers(value: int | str | None) -> tuple[int | None, bool]:

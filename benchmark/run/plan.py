@@ -33,7 +33,8 @@ def dry_run_lines(runner: Any) -> list[str]:
     planned = runner.planned_cells()
     todo = {str(c) for c in planned if str(c) not in runner.store}
     eta = make_eta(runner, planned, todo)
-    lines = [f"bench run --dry-run: {len(planned)} cells planned, {len(todo)} to do; nothing is run or written"]
+    lines = [f"bench run --dry-run: {len(planned)} cells planned, {len(todo)} to do; nothing is run or written",
+             *runner.repair_skips()]
     for key, work in eta.left.items():
         seconds = eta.estimator(work)
         lines.append(f"  {key}  {'?' if seconds is None else duration_text(seconds)}")

@@ -41,9 +41,10 @@ from headprune_bench.benchmark.store.records import (
     OWN,
     PRUNE_ONLY,
     RECOVER,
-    REUSES_PRUNE,
     CellKey,
     Record,
+    repair_condition,
+    reuses_prune,
 )
 
 log = logging.getLogger("benchmark")
@@ -209,10 +210,24 @@ class Runner:
                     cells.append(self.work.cell_key(spec.name, seed, ORIGINAL, CONTROL))
                 for name in self.method_names:
                     own = [OWN] if self._create(name).changes_weights() else []
+                    repaired = [repair_condition(r) for r in self.cfg.repairs] if name in self.repairable() else []
                     for level in self.work.levels_of(name):
-                        for cond in conditions + own:
+                        for cond in conditions + repaired + own:
                             cells.append(self.work.cell_key(spec.name, seed, name, cond, level))
         return cells
+
+    def repairable(self) -> list[str]:
+        """The run's methods whose masks ``--repair`` repairs: those whose prune-only result is a plain mask on the
+        base weights (``HeadPruner.own_repair`` is None)."""
+        return [name for name in self.method_names if self._create(name).own_repair() is None]
+
+    def repair_skips(self) -> list[str]:
+        """One line per method that ``--repair`` skips, saying why (empty without ``--repair``)."""
+        if not self.cfg.repairs:
+            return []
+        return [f"--repair: {name} is skipped: it applies its own repair ({self._create(name).own_repair()}) to its "
+                f"mask" + (f"; its selection alone is {name}-rearrange" if name == "kwon" else "")
+                for name in self.method_names if name not in self.repairable()]
 
     def _key(self, task: str, seed: int, method: str, condition: str, level: str | None = None) -> str:
         """The key of a planned cell (:meth:`CellWork.key <headprune_bench.benchmark.cells.work.CellWork.key>`)."""
@@ -245,9 +260,13 @@ class Runner:
                              "git_diff": self.provenance["git_diff"],
                              "tasks": list(self.cfg.tasks), "seeds": list(self.cfg.seeds),
                              "methods": self.method_names, "budget": self.budget_label, "recover": self.cfg.recover,
+                             "repairs": list(self.cfg.repairs),
                              "execution": self.execution.describe(), "cells": keys, "to_do": len(todo)})
         log.info("run %s: %d cells planned, %d to do (device %s; %s)", self.out, len(keys), len(todo), self.device,
                  self.execution.summary())
+        for line in self.repair_skips():
+            tqdm.write(f"bench run: {line}", file=sys.stderr)
+            log.info("%s", line)
         self.eta = make_eta(self, planned, todo)
         tqdm.write(f"bench run: {len(keys)} cells planned, {len(todo)} to do; expected time: {self.eta.text()}",
                    file=sys.stderr)
@@ -400,7 +419,7 @@ class Runner:
         setter_record = self.store.get(self._key(spec.name, bench.seed, setter, PRUNE_ONLY)) if setter else None
         reuse = self._pruned.get((spec.name, bench.seed, method, level))
         stored = None
-        if condition in REUSES_PRUNE and (reuse is None or reuse.from_record):  # resumed: prune-only was stored
+        if reuses_prune(condition) and (reuse is None or reuse.from_record):  # resumed: prune-only was stored
             stored = self.store.get(self._key(spec.name, bench.seed, method, PRUNE_ONLY, level))
         scores = None
         if condition == PRUNE_ONLY and self.work.ranks_once(method):

@@ -34,7 +34,52 @@ headline's reference); a method's own re-trained weights with its mask (AUBER's 
 only for methods whose ``changes_weights()`` is true)."""
 CONDITIONS = (PRUNE_ONLY, RECOVER, CONTROL, OWN)
 REUSES_PRUNE = (RECOVER, OWN)
-"""Conditions whose cell reuses the prune step of the method's prune-only cell (same mask, same weights)."""
+"""Conditions whose cell reuses the prune step of the method's prune-only cell (same mask, same weights); a repair
+condition (:func:`repair_condition`) too: :func:`reuses_prune`."""
+REPAIR_PREFIX = "prune+"
+"""The start of a repair condition, ``prune+<repair>`` (``prune+bias``): the selector's prune-only mask on the base
+weights, repaired by a registered repair (``headprune_bench.methods.repairs``) before the dev evaluation."""
+NO_REPAIR, FINETUNE = "none", "finetune"
+"""The repairs that are conditions of their own: ``none`` is ``prune-only``, ``finetune`` is ``prune+recover``."""
+
+
+def repair_condition(repair: str) -> str:
+    """The condition of a cell whose mask gets ``repair``: ``prune-only`` for ``none``, ``prune+recover`` for
+    ``finetune``, else ``prune+<repair>``."""
+    return {NO_REPAIR: PRUNE_ONLY, FINETUNE: RECOVER}.get(repair, REPAIR_PREFIX + repair)
+
+
+def is_repair_condition(condition: str) -> bool:
+    """Whether ``condition`` is ``prune+<repair>`` of a training-free repair (not ``prune+recover``)."""
+    return condition.startswith(REPAIR_PREFIX) and condition != RECOVER
+
+
+def repair_of(condition: str) -> str:
+    """The repair a condition's model got: ``none`` (prune-only), ``finetune`` (prune+recover, and the control's
+    fine-tune), ``own`` (a method's own re-trained weights), or the repair of ``prune+<repair>``."""
+    if condition == PRUNE_ONLY:
+        return NO_REPAIR
+    if condition in (RECOVER, CONTROL):
+        return FINETUNE
+    if condition == OWN:
+        return "own"
+    return condition[len(REPAIR_PREFIX):] if is_repair_condition(condition) else condition
+
+
+def reuses_prune(condition: str) -> bool:
+    """Whether a cell of ``condition`` reuses its method's prune-only step (:data:`REUSES_PRUNE` or a repair)."""
+    return condition in REUSES_PRUNE or is_repair_condition(condition)
+
+
+def reuses_mask(condition: str) -> bool:
+    """Whether a cell of ``condition`` needs only its method's prune-only mask (not re-trained weights), so that
+    a stored prune-only record serves it: ``prune+recover`` and every repair condition."""
+    return condition == RECOVER or is_repair_condition(condition)
+
+
+def weights_of(condition: str) -> str:
+    """The weights a condition evaluates (:data:`WEIGHTS`; ``base+<repair>`` for a repair condition)."""
+    return f"base+{repair_of(condition)}" if is_repair_condition(condition) else WEIGHTS.get(condition, "")
 WEIGHTS = {PRUNE_ONLY: "base", RECOVER: "base+recovery", CONTROL: "base+recovery", OWN: "own"}
 """The weights a condition evaluates (``Record.weights``): the (task, seed)'s fine-tuned base model; that model
 re-fine-tuned by the shared recovery recipe; the method's own re-trained weights. An ``own-fine-tuning`` cell
@@ -147,7 +192,7 @@ class CellKey:
         seed: the (task, seed) pair's seed.
         method: registered method name, or :data:`ORIGINAL`.
         budget: budget spec (``fraction:0.3``, ``matched:auber``, :data:`OWN_BUDGET`, :data:`NO_BUDGET`).
-        condition: one of :data:`CONDITIONS`.
+        condition: one of :data:`CONDITIONS`, or a repair condition ``prune+<repair>`` (:func:`repair_condition`).
         opts: the method options' hash (:func:`options_hash`); ``None`` for keys of the first runner, which had
             no ``opts`` part.
     """
@@ -283,12 +328,18 @@ class Record:
 
     def __post_init__(self) -> None:
         if not self.weights:
-            self.weights = "base" if self.condition == OWN and not self.retrained else WEIGHTS.get(self.condition, "")
+            self.weights = "base" if self.condition == OWN and not self.retrained else weights_of(self.condition)
         if self.layers_emptied < 0:
             self.layers_emptied = layers_emptied(self.mask)
         if not self.cell:
             self.cell = str(CellKey.of(self.task, self.seed, self.method, self.budget.spec, self.condition,
                                        self.method_options))
+
+    @property
+    def repair(self) -> str:
+        """The repair the evaluated model got (:func:`repair_of` its condition); its details, for a repair
+        condition, are ``trace["repair"]``."""
+        return repair_of(self.condition)
 
     @property
     def key(self) -> CellKey:

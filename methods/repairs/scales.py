@@ -65,9 +65,16 @@ class ScalesRepair(Repair):
     needs_scores = True
 
     def repair(self, model: nn.Module, mask: torch.Tensor, context: RepairContext) -> RepairResult:
-        """``head_scales`` (float64 ``[L, H]``), the trace of ``kwon``'s ``tune``; ValueError as :func:`tune_heads`."""
-        scales, trace = tune_heads(model, context.batches, mask, context.scores, self.options["teacher"],
-                                   self.options["lsmr_maxiter"])
+        """``head_scales`` (float64 ``[L, H]``), the trace of ``kwon``'s ``tune``. A selector without scores has no
+        square-root teacher: the unpruned model teaches instead, said in the log and in the trace (``teacher_used``,
+        ``teacher_note``). Raises ValueError as :func:`tune_heads`."""
+        teacher, note = self.options["teacher"], None
+        if teacher == "sqrt" and context.scores is None:
+            teacher, note = "unpruned", "the selector gave no scores, so no square-root teacher: the unpruned model"
+            context.log(f"repair scales: {note}")
+        scales, trace = tune_heads(model, context.batches, mask, context.scores, teacher, self.options["lsmr_maxiter"])
+        if note is not None:
+            trace = {**trace, "teacher": self.options["teacher"], "teacher_used": teacher, "teacher_note": note}
         failed = {}
         if trace["stopped_at_layer"] is not None:
             stop = int(trace["stopped_at_layer"])

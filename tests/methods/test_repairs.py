@@ -19,6 +19,7 @@ from headprune_bench.methods.registry import UnknownRepairError, available_repai
 from headprune_bench.methods.repair import RepairContext, RepairResult, apply_repair, calibration_indices
 from headprune_bench.methods.repairs.bias import output_input_means
 from headprune_bench.methods.repairs.conformance import FAMILIES, check_repair, repair_context, test_mask
+from headprune_bench.methods.repairs.scales import tune_heads
 
 TOL = 1e-10
 
@@ -179,12 +180,19 @@ def test_scales_equals_kwons_tuning_on_the_same_mask():
     assert torch.equal(stages.tune_scales(model, batches, result.mask, teacher, 100_000).scales, result.head_scales)
 
 
-def test_scales_with_the_sqrt_teacher_needs_scores():
+def test_scales_without_scores_tunes_towards_the_unpruned_model_and_says_so():
+    """The square-root teacher needs the selector's scores; without them the repair uses the unpruned teacher,
+    which it logs and records, and which gives what teacher='unpruned' gives."""
     model = tiny_model().eval()
-    context = dataclasses.replace(repair_context(model), scores=None)
+    said = []
+    context = dataclasses.replace(repair_context(model), scores=None, log=said.append)
     with pytest.raises(ValueError, match="teacher='sqrt' needs the selector's scores"):
-        create_repair("scales").repair(model, test_mask(), context)
-    assert create_repair("scales", teacher="unpruned").repair(model, test_mask(), context).head_scales is not None
+        tune_heads(model, context.batches, test_mask(), None, "sqrt", 100)
+    got = create_repair("scales").repair(model, test_mask(), context)
+    unpruned = create_repair("scales", teacher="unpruned").repair(model, test_mask(), context)
+    assert torch.equal(got.head_scales, unpruned.head_scales)
+    assert got.trace["teacher"] == "sqrt" and got.trace["teacher_used"] == "unpruned"
+    assert len(said) == 1 and "no scores" in said[0]
 
 
 def test_a_stopped_tuning_names_the_layers_that_kept_scale_1(monkeypatch):

@@ -24,7 +24,7 @@ from headprune_bench.benchmark.execution.stopping import Running, StopRequest
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.jsonl import RecordStore
-from headprune_bench.benchmark.store.records import ORIGINAL, OWN, PRUNE_ONLY, REUSES_PRUNE, CellKey
+from headprune_bench.benchmark.store.records import ORIGINAL, OWN, PRUNE_ONLY, CellKey, reuses_prune
 
 log = logging.getLogger("benchmark")
 
@@ -231,7 +231,7 @@ class _Driver:
             needs = [unpruned] if (method, condition) != (ORIGINAL, PRUNE_ONLY) else []
             if work.takes_setter(method, level):
                 needs.append(work.key(task, seed, setter, PRUNE_ONLY))
-            if condition in REUSES_PRUNE:
+            if reuses_prune(condition):
                 needs.append(prune_key)
             pass_key = self._pass_key(task, seed, method, condition, prune_key)
             if pass_key is not None:
@@ -257,7 +257,7 @@ class _Driver:
 
     def _reused(self, q: _Queued) -> bool:
         """Whether ``q`` reuses a prune step this run computed (it holds the method's weights in memory)."""
-        return q.condition in REUSES_PRUNE and q.prune_key in self.outputs
+        return reuses_prune(q.condition) and q.prune_key in self.outputs
 
     def _rank(self, q: _Queued) -> tuple:
         """Dispatch order (smallest first): cells reusing a prune step of this run, then the longest expected
@@ -316,7 +316,7 @@ class _Driver:
         original = outcome_or_record(ORIGINAL) if (q.method, q.condition) != (ORIGINAL, PRUNE_ONLY) else None
         setter_input = outcome_or_record(setter) if work.takes_setter(q.method, level) else None
         reuse = self.outputs[q.prune_key][1] if self._reused(q) else None
-        stored_prune = store.get(q.prune_key) if q.condition in REUSES_PRUNE and reuse is None else None  # resumed
+        stored_prune = store.get(q.prune_key) if reuses_prune(q.condition) and reuse is None else None  # resumed
         scores = None
         if q.pass_key is not None:  # this run's scoring cell's prune step, or that cell's stored record
             scores = self.outputs[q.pass_key][1] if q.pass_key in self.outputs else store.get(q.pass_key)
