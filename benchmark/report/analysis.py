@@ -6,7 +6,9 @@ Choices where the issue is silent:
 
 * Condition groups (protocol.md §4): ``prune+recover``, the headline, first (rows: original prune-only, control,
   the prune+recover units, and each re-training method's own weights, ``own-fine-tuning``); then ``prune-only``
-  (rows: its units). In the prune+recover group each unit is also compared with ``control``.
+  (rows: its units); then each repair condition ``prune+<repair>`` (rows: the original and its units; the
+  original is its primary reference, as in prune-only). In the prune+recover group each unit is also compared
+  with ``control``.
 * Declared families (docs/protocol.md §5, :func:`family_kind`): every comparison belongs to one Holm family, named
   ``task/group/level/kind`` (:attr:`Comparison.family`). ``kind`` ``primary``: the methods of a level against the
   reference of their condition (original for prune-only, the control for prune+recover); ``pairwise``: pairs of
@@ -49,7 +51,16 @@ from headprune_bench.benchmark import stats
 from headprune_bench.benchmark.report.load import RunData
 from headprune_bench.benchmark.report.units import Unit, ablation_parent, budget_key, sorted_units, task_key
 from headprune_bench.benchmark.stats import PairedStats
-from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
+from headprune_bench.benchmark.store.records import (
+    CONTROL,
+    CONTROL_NAME,
+    ORIGINAL,
+    OWN,
+    PRUNE_ONLY,
+    RECOVER,
+    Record,
+    is_repair_condition,
+)
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
            "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "declare_families",
@@ -240,7 +251,7 @@ def family_kind(c: Comparison, group: str) -> str:
         return OWN_FAMILY
     if c.kind == "pair":
         return PAIRWISE
-    if c.kind == REFERENCE_OF[group] and c.target.name not in (ORIGINAL, CONTROL_NAME):
+    if c.kind == REFERENCE_OF.get(group, ORIGINAL) and c.target.name not in (ORIGINAL, CONTROL_NAME):
         return PRIMARY
     return VS_ORIGINAL if c.kind == ORIGINAL else f"vs-{c.kind}"
 
@@ -303,7 +314,7 @@ def comparison_pairs(units: list[Unit], group: str, against: Sequence[str] | str
     names = [against] if isinstance(against, str) else list(against)
     if CONTROL_NAME not in names and group == RECOVER:
         names.append(CONTROL_NAME)
-    if ORIGINAL not in names and group == PRUNE_ONLY:  # the primary reference, whatever --against names
+    if ORIGINAL not in names and group != RECOVER:  # the primary reference, whatever --against names
         names.insert(0, ORIGINAL)
     pairs: list[tuple[Unit, Unit, str]] = []
     seen: set[tuple[Unit, Unit]] = set()
@@ -405,15 +416,19 @@ def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind
 
 
 def _group_frames(tdf: pd.DataFrame):
-    """(group, frame) of each condition group of one task's frame that has rows, headline first."""
-    for group in GROUPS:
+    """(group, frame) of each condition group of one task's frame that has rows, headline first, then each repair
+    condition ``prune+<repair>`` (its rows and the unpruned original, their reference), in name order."""
+    unpruned = (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)
+    repairs = sorted(c for c in tdf.condition.unique() if is_repair_condition(c))
+    for group in (*GROUPS, *repairs):
         if group == PRUNE_ONLY:
             gdf = tdf[tdf.condition == PRUNE_ONLY]
-        else:
+        elif group == RECOVER:
             if not tdf.condition.isin([RECOVER, CONTROL, OWN]).any():
                 continue
-            unpruned = (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)
             gdf = tdf[tdf.condition.isin([RECOVER, CONTROL, OWN]) | unpruned]
+        else:
+            gdf = tdf[(tdf.condition == group) | unpruned]
         if not gdf.empty:
             yield group, gdf
 

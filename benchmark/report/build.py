@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from headprune_bench.benchmark.report import cells, document, speed, tables  # submodules
 from headprune_bench.benchmark.report.analysis import DEFAULT_AGAINST, GroupResult, analyse
@@ -14,6 +15,7 @@ from headprune_bench.benchmark.report.curves import CurveFrames, curve_frames, h
 from headprune_bench.benchmark.report.families import families_frame
 from headprune_bench.benchmark.report.findings import findings_markdown
 from headprune_bench.benchmark.report.load import RunData, load_runs, warn
+from headprune_bench.benchmark.report.matrix import family_rows, has_matrix, heatmap, matrix_frames
 from headprune_bench.benchmark.report.plots import make_plots, palette
 from headprune_bench.benchmark.report.provenance import ProvenanceReport
 from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL
@@ -43,8 +45,17 @@ def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | 
                              plots=make_plots(data, results, plots_dir) if plots_dir and results else [],
                              curves=curve_frames(data, n_boot=n_boot, seed=seed) if has_sweep(data) else None)
     frames.families = families_frame(results, frames.curves.auc if frames.curves is not None else None)
+    if has_matrix(data.frame):
+        frames.matrix = matrix_frames(data, frames.curves.auc if frames.curves is not None else None, n_boot, seed)
+        frames.families = pd.concat([frames.families, family_rows(frames.matrix.tests)], ignore_index=True)
+        if plots_dir and results:
+            plots_dir.mkdir(parents=True, exist_ok=True)
+            for task in dict.fromkeys(frames.matrix.area.task):
+                frames.matrix_plots += heatmap(task, frames.matrix.area, frames.matrix.tests.to_dict("records"),
+                                               plots_dir)
     if plots_dir and results and frames.curves is not None:
         frames.plots = [*curve_plots_of(data, frames.curves, plots_dir), *frames.plots]
+    frames.plots += frames.matrix_plots
     return frames
 
 
@@ -60,8 +71,8 @@ def curve_plots_of(data: RunData, curves: CurveFrames, folder: Path) -> list[Pat
 
 def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames) -> None:
     """``scores.csv``, ``comparisons.csv``, ``summary.csv``, ``cost.csv``, ``wall_per_seed.csv``, ``missing.csv``,
-    ``families.csv``, where a method ran with several option sets ``option_sets.csv``, and for a sweep
-    :data:`CURVE_FILES`.
+    ``families.csv``, where a method ran with several option sets ``option_sets.csv``, for a sweep
+    :data:`CURVE_FILES`, and with repair cells ``matrix.csv``, ``matrix_area.csv``, ``matrix_tests.csv``.
 
     Raises:
         OSError: a file cannot be written.
@@ -79,6 +90,10 @@ def write_csv(out_dir: Path, results: list[GroupResult], frames: document.Frames
     if frames.curves is not None:
         for name, frame in CURVE_FILES.items():
             getattr(frames.curves, frame).to_csv(out_dir / name, index=False)
+    if frames.matrix is not None:
+        frames.matrix.matrix.to_csv(out_dir / "matrix.csv", index=False)
+        frames.matrix.area.to_csv(out_dir / "matrix_area.csv", index=False)
+        frames.matrix.tests.to_csv(out_dir / "matrix_tests.csv", index=False)
 
 
 def _warn_unknown_references(data: RunData, references: Sequence[str]) -> None:

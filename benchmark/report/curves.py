@@ -35,7 +35,14 @@ from headprune_bench.benchmark.stats.curves import (
     mean_pairwise_jaccard,
     normalised_area,
 )
-from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, ORIGINAL, PRUNE_ONLY, RECOVER
+from headprune_bench.benchmark.store.records import (
+    CONTROL,
+    CONTROL_NAME,
+    ORIGINAL,
+    PRUNE_ONLY,
+    RECOVER,
+    is_repair_condition,
+)
 
 CURVES_COLUMNS = ["task", "condition", "method", "budget", "opts", "kind", "metric", "n", "level", "level_sd",
                   "level_ci_low", "level_ci_high", "mean", "sd", "ci_low", "ci_high", "majority", "degenerate",
@@ -52,6 +59,14 @@ STABILITY_COLUMNS = ["task", "method", "budget", "level", "n", "jaccard", "rando
 AGREEMENT_COLUMNS = ["task", "budget", "level", "method_a", "method_b", "n", "jaccard"]
 #: Per condition of a curve: the conditions of its rows and the name of its unpruned reference row.
 PANELS = {PRUNE_ONLY: ((PRUNE_ONLY,), ORIGINAL), RECOVER: ((RECOVER, CONTROL), CONTROL_NAME)}
+
+
+def panel_of(condition: str) -> tuple[tuple[str, ...], str]:
+    """(the conditions of ``condition``'s curve panel, its reference's name): :data:`PANELS`, or for a repair
+    condition ``((condition,), "original")`` (the original's prune-only rows are its reference)."""
+    if is_repair_condition(condition):
+        return (condition,), ORIGINAL
+    return PANELS[condition]
 
 
 @dataclass
@@ -102,18 +117,23 @@ def _kept(data: RunData) -> tuple[pd.DataFrame, dict[str, list[int]]]:
         bad = base_failed_seeds(tdf)
         if bad:
             failed[str(task)] = bad
-        parts.append(tdf[~tdf.seed.isin(bad) & tdf.condition.isin([PRUNE_ONLY, RECOVER, CONTROL])])
+        curve = tdf.condition.isin([PRUNE_ONLY, RECOVER, CONTROL]) | tdf.condition.map(is_repair_condition)
+        parts.append(tdf[~tdf.seed.isin(bad) & curve])
     return pd.concat(parts), failed
 
 
 def _panels(kept: pd.DataFrame):
-    """(task, condition, its frame, its unpruned reference name) per task and curve condition with rows."""
+    """(task, condition, its frame, its unpruned reference name) per task and curve condition with rows: the
+    :data:`PANELS`, then each repair condition (its rows and the original's, its reference)."""
     for task in sorted(kept.task.unique(), key=task_key):
         tdf = kept[kept.task == task]
         for condition, (conditions, reference) in PANELS.items():
             cdf = tdf[tdf.condition.isin(conditions)]
             if not cdf.empty:
                 yield task, condition, cdf, reference
+        unpruned = (tdf.condition == PRUNE_ONLY) & (tdf.method == ORIGINAL)
+        for condition in sorted(c for c in tdf.condition.unique() if is_repair_condition(c)):
+            yield task, condition, tdf[(tdf.condition == condition) | unpruned], ORIGINAL
 
 
 def _curve_row(task: str, u: Unit, g: pd.DataFrame) -> dict:
@@ -213,29 +233,55 @@ def _pair_row(base: dict, a: _Curve, b: _Curve, n_boot: int, seed: int) -> tuple
             "area_ci_low": low, "area_ci_high": high, "note": ""}, comp
 
 
-def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_boot: int, seed: int,
-               outside: dict[Unit, str] | None = None) -> list[dict]:
-    """Method, excluded and pair rows of one (task, condition); Holm within each declared family of its pairs
-    (``task/condition/area/pairwise``; pairs with an ablation: ``.../ablation``); the curves of ``outside`` units
-    (unit -> why) and their pairs keep their exact p outside every family. Areas above chance are divided by the
-    reference's mean margin over the majority class, one constant per panel."""
+def _panel_reference(cdf: pd.DataFrame, reference: str) -> tuple[dict[int, float], dict[int, float], float]:
+    """(seed -> the reference's score, seed -> majority baseline, the panel's mean margin over the majority)."""
     ref = cdf[cdf.unit.map(lambda u: u.name) == reference]
     unpruned = {int(s): float(v) for s, v in zip(ref.seed, ref.score)}
     majority = {int(s): float(v) for s, v in zip(ref.seed, ref.majority)}
     margins = [max(unpruned[s] - m, 0.0) for s, m in majority.items() if math.isfinite(m)]
-    margin = float(np.mean(margins)) if margins else math.nan
+    return unpruned, majority, float(np.mean(margins)) if margins else math.nan
+
+
+def _panel_curves(cdf: pd.DataFrame, unpruned: dict[int, float], majority: dict[int, float], margin: float,
+                  outside: dict[Unit, str] | None = None) -> list[_Curve]:
+    """The :class:`_Curve` of every method of one panel with two or more fixed levels."""
     units = [u for u in sorted_units(list(cdf.unit.unique())) if kind_of(u) == "curve"]
     by_name: dict[str, list[Unit]] = {}
     for u in units:
         by_name.setdefault(display_name(u), []).append(u)
-    base = dict.fromkeys(AUC_COLUMNS, math.nan) | {"task": task, "condition": condition, "vs": "", "family": "",
-                                                   "outside": "", "margin": margin, "note": ""}
     curves = []
     for name, us in by_name.items():
         if len(us) >= 2:
             curves.append(_curve(name, cdf[cdf.unit.isin(us)], unpruned, majority, margin))
             reasons = {(outside or {}).get(u, "") for u in us}
             curves[-1].outside = "" if reasons == {""} else ", ".join(sorted(reasons - {""}))
+    return curves
+
+
+def seed_areas(data: RunData) -> dict[tuple[str, str, str], dict[int, float]]:
+    """Per (task, condition, curve name as in auc.csv): seed -> area above chance, the values auc.csv's method
+    rows summarise (empty without a sweep)."""
+    if not has_sweep(data):
+        return {}
+    kept, _ = _kept(data)
+    out = {}
+    for task, condition, cdf, reference in _panels(kept):
+        for c in _panel_curves(cdf, *_panel_reference(cdf, reference)):
+            if c.areas:
+                out[(task, condition, c.name)] = dict(c.areas)
+    return out
+
+
+def _panel_auc(task: str, condition: str, cdf: pd.DataFrame, reference: str, n_boot: int, seed: int,
+               outside: dict[Unit, str] | None = None) -> list[dict]:
+    """Method, excluded and pair rows of one (task, condition); Holm within each declared family of its pairs
+    (``task/condition/area/pairwise``; pairs with an ablation: ``.../ablation``); the curves of ``outside`` units
+    (unit -> why) and their pairs keep their exact p outside every family. Areas above chance are divided by the
+    reference's mean margin over the majority class, one constant per panel."""
+    unpruned, majority, margin = _panel_reference(cdf, reference)
+    base = dict.fromkeys(AUC_COLUMNS, math.nan) | {"task": task, "condition": condition, "vs": "", "family": "",
+                                                   "outside": "", "margin": margin, "note": ""}
+    curves = _panel_curves(cdf, unpruned, majority, margin, outside)
     rows = [_method_row({**base, "levels": ";".join(c.levels)}, c) for c in curves]
     tested = [c for c in curves if c.areas]
     pairs, comps = [], []

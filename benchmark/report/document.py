@@ -5,8 +5,9 @@ joined with newlines by :func:`markdown`.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ from headprune_bench.benchmark.report.crosstask import CrossTaskSummary
 from headprune_bench.benchmark.report.curves import CurveFrames
 from headprune_bench.benchmark.report.families import families_section
 from headprune_bench.benchmark.report.load import RunData
+from headprune_bench.benchmark.report.matrix import matrix_section
 from headprune_bench.benchmark.report.units import budget_key, short_budget, sorted_methods, task_label
 from headprune_bench.benchmark.store.jsonl import REJECTED
 from headprune_bench.benchmark.store.records import METRIC_LABEL, PRUNE_ONLY
@@ -44,6 +46,9 @@ class Frames:
     plots: list[Path]
     curves: CurveFrames | None = None
     families: pd.DataFrame | None = None
+    matrix: Any = None
+    """With repair cells, the selection x repair frames (:class:`benchmark.report.matrix.MatrixFrames`)."""
+    matrix_plots: list[Path] = field(default_factory=list)
 
 
 def table_label(r: GroupResult) -> str:
@@ -339,6 +344,8 @@ def markdown(data: RunData, results: list[GroupResult], frames: Frames, speed: l
     md = header_section(data, results)
     if frames.curves is not None and results:
         md += curves_section(frames.curves)
+    if frames.matrix is not None:
+        md += matrix_section(frames.matrix, frames.matrix_plots)
     md += task_sections(results)
     md += families_section(frames.families) if frames.families is not None else []
     md += provenance or []

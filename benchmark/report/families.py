@@ -19,7 +19,8 @@ comparisons of the same id left out of it (null controls, superseded rows) or no
 ``members``: ``row − reference``, ``; ``-separated."""
 
 
-def _row(family: str, members: list[str], tested_n: list[int], p_holm: list[float], outside: int) -> dict:
+def family_row(family: str, members: list[str], tested_n: list[int], p_holm: list[float], outside: int) -> dict:
+    """One row of :data:`FAMILY_COLUMNS` of the family ``task/group/level/kind`` with its tested members."""
     task, group, level, kind = family.split("/", 3)
     n = max(tested_n, default=0)
     return {"family": family, "task": task, "group": group, "level": level, "kind": kind,
@@ -38,13 +39,13 @@ def families_frame(results: list[GroupResult], auc: pd.DataFrame | None = None) 
         for family in dict.fromkeys(c.family for c in comps):
             at = [c for c in comps if c.family == family]
             inside = [c for c in at if c.tested and c.in_family]
-            rows.append(_row(family, [f"{c.target.row_name} − {c.reference.row_name}" for c in inside],
+            rows.append(family_row(family, [f"{c.target.row_name} − {c.reference.row_name}" for c in inside],
                              [c.all.stats.n for c in inside], [c.all.p_holm for c in inside], len(at) - len(inside)))
     if auc is not None and not auc.empty:
         pairs = auc[auc.kind == "pair"]
         for family, g in pairs.groupby("family", sort=False):
             tested = g[np.isfinite(g.p_exact.astype(float))]
-            rows.append(_row(str(family), [f"{a} − {b}" for a, b in zip(tested.method, tested.vs)],
+            rows.append(family_row(str(family), [f"{a} − {b}" for a, b in zip(tested.method, tested.vs)],
                              [int(n) for n in tested.n], list(tested.p_holm.astype(float)), len(g) - len(tested)))
     return pd.DataFrame(rows, columns=FAMILY_COLUMNS)
 

@@ -26,15 +26,13 @@ import pandas as pd
 
 from headprune_bench.benchmark.provenance import UNKNOWN
 from headprune_bench.benchmark.report.analysis import GroupResult, base_failed_seeds, holm_level
-from headprune_bench.benchmark.report.curves import PANELS, CurveFrames, display_name
+from headprune_bench.benchmark.report.curves import CurveFrames, display_name, panel_of
 from headprune_bench.benchmark.report.load import RunData
-from headprune_bench.benchmark.report.units import budget_key, task_key
+from headprune_bench.benchmark.report.units import budget_key, condition_group, task_key
 from headprune_bench.benchmark.store.records import (
-    CONTROL,
     NO_BUDGET,
     NOT_RECORDED,
     ORIGINAL,
-    OWN,
     PRUNE_ONLY,
     RECOVER,
     SCORE_PASS,
@@ -78,7 +76,7 @@ def _record_row(i: int, r: Record, precisions: dict[str, str]) -> dict[str, Any]
     precision = prov.get("precision") or precisions.get(str(prov.get("config_hash")), NOT_RECORDED)
     return {"rec": i, "cell": r.cell, "task": r.task, "seed": int(r.seed), "method": r.method,
             "budget": r.budget.spec, "condition": r.condition,
-            "group": RECOVER if r.condition in (RECOVER, CONTROL, OWN) else PRUNE_ONLY,
+            "group": condition_group(r.condition),
             "commit": _commit_of(prov.get("git_commit")), "git_commit": str(prov.get("git_commit") or NOT_RECORDED),
             "git_dirty": r.git_dirty, "git_diff": r.git_diff, "base_check": r.base_check,
             **{lib: str(versions.get(lib, NOT_RECORDED)) for lib in LIBRARIES},
@@ -121,7 +119,7 @@ def level_members(data: RunData) -> pd.DataFrame:
     are counted at every level of it: every test of a level draws on them."""
     rows: list[tuple[str, str, str, int]] = []
     for i, r in enumerate(data.records):
-        group = RECOVER if r.condition in (RECOVER, CONTROL, OWN) else PRUNE_ONLY
+        group = condition_group(r.condition)
         rows.append((r.task, group, r.budget.spec, i))
     df = pd.DataFrame(rows, columns=["task", "group", "level", "rec"])
     is_ref = df.level == NO_BUDGET
@@ -137,7 +135,8 @@ def level_members(data: RunData) -> pd.DataFrame:
 
 
 def _sorted(members: pd.DataFrame) -> pd.DataFrame:
-    order = members.assign(_t=members.task.map(task_key), _g=members.group.map({RECOVER: 0, PRUNE_ONLY: 1}),
+    rank = {RECOVER: 0, PRUNE_ONLY: 1}
+    order = members.assign(_t=members.task.map(task_key), _g=members.group.map(lambda g: rank.get(g, 2)),
                            _l=members.level.map(budget_key))
     return order.sort_values(["_t", "_g", "_l", "rec"]).drop(columns=["_t", "_g", "_l"]).reset_index(drop=True)
 
@@ -181,12 +180,14 @@ def _area_members(frame: pd.DataFrame, auc: pd.DataFrame) -> pd.DataFrame:
     pairs = auc[(auc.kind == "pair") & pd.to_numeric(auc.p_exact, errors="coerce").notna()]
     rows = []
     for (task, condition, family), g in pairs.groupby(["task", "condition", "family"], sort=False):
-        conditions, reference = PANELS[condition]
-        tdf = frame[(frame.task == task) & frame.condition.isin(conditions)]
+        conditions, reference = panel_of(condition)
+        unpruned = (frame.method == ORIGINAL) & (frame.condition == PRUNE_ONLY)
+        tdf = frame[(frame.task == task) & (frame.condition.isin(conditions) | unpruned)]
         tdf = tdf[~tdf.seed.isin(base_failed_seeds(frame[frame.task == task]))]
         names = set(g.method) | set(g.vs)
         levels = {lv for text in g.levels for lv in str(text).split(";")}
-        keep = [u.name == reference or (display_name(u) in names and u.budget in levels) for u in tdf.unit]
+        keep = [u.name == reference or (u.condition in conditions and display_name(u) in names and u.budget in levels)
+                for u in tdf.unit]
         rows += [(family, task, condition, "area", int(i)) for i in tdf.rec[keep]]
     return pd.DataFrame(rows, columns=["family", "task", "group", "level", "rec"])
 

@@ -25,7 +25,7 @@ from headprune_bench.benchmark.report.analysis import (
     UnitStats,
 )
 from headprune_bench.benchmark.report.crosstask import CrossTaskSummary
-from headprune_bench.benchmark.report.units import CONDITION_SUFFIX, EXCLUDED_FROM_AVERAGE, task_label
+from headprune_bench.benchmark.report.units import EXCLUDED_FROM_AVERAGE, condition_suffix, task_label
 from headprune_bench.benchmark.store.records import (
     CONTROL,
     CONTROL_NAME,
@@ -35,6 +35,8 @@ from headprune_bench.benchmark.store.records import (
     PRUNE_ONLY,
     RECOVER,
     WEIGHTS,
+    is_repair_condition,
+    repair_of,
 )
 
 #: Significance marker per reference (Holm-adjusted exact p < ALPHA); other references get "*".
@@ -134,6 +136,9 @@ def group_title(r: GroupResult) -> str:
     or ``MRPC (acc) — prune-only (the mask alone)``."""
     if r.group == PRUNE_ONLY:
         suffix = " — prune-only (the mask on the base weights, no re-training)"
+    elif is_repair_condition(r.group):
+        suffix = (f" — {r.group}: the prune-only mask on the base weights, repaired by {repair_of(r.group)} "
+                  f"(no re-training)")
     elif any(u.condition in (RECOVER, CONTROL) for u in r.units):
         suffix = " — headline: prune + recover vs the fine-tuning control"
     else:  # --no-recover: only the re-training methods' own weights (and the original) are in this group
@@ -336,7 +341,7 @@ def comparisons_text(cf: pd.DataFrame) -> pd.DataFrame:
         return cf
     cf = cf[(cf.seeds == "all") | (cf.n_excluded > 0)]
     return pd.DataFrame({
-        "task": cf.task, "method": cf.method + cf.condition.map(lambda c: CONDITION_SUFFIX.get(c, "")),
+        "task": cf.task, "method": cf.method + cf.condition.map(condition_suffix),
         "budget": cf.budget, "vs": cf.vs, "seeds": cf.seeds, "n": cf.n.astype(str),
         "Δ": [num(v, sign=True) for v in cf.mean_diff], "SD Δ": [num(v) for v in cf.sd_diff],
         "95% CI (seeds)": [_ci(a, b) for a, b in zip(cf.ci_low, cf.ci_high)],
@@ -436,7 +441,7 @@ def cost_text(cost: pd.DataFrame) -> pd.DataFrame:
     if cost.empty:
         return pd.DataFrame()
     return pd.DataFrame({
-        "task": cost.task, "method": cost.method + cost.condition.map(lambda c: CONDITION_SUFFIX.get(c, "")),
+        "task": cost.task, "method": cost.method + cost.condition.map(condition_suffix),
         "budget": cost.budget.where(cost.budget != NO_BUDGET, "—"), "n": cost.n.astype(str),
         "wall s / cell": [pm(m, s) for m, s in zip(cost.wall_s_mean, cost.wall_s_sd)],
         "pruning s": [num(v) for v in cost.prune_wall_s_mean],

@@ -8,7 +8,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headprune_bench.benchmark.store.records import CONTROL, CONTROL_NAME, NO_BUDGET, ORIGINAL, OWN, PRUNE_ONLY, RECOVER
+from headprune_bench.benchmark.store.records import (
+    CONTROL,
+    CONTROL_NAME,
+    NO_BUDGET,
+    ORIGINAL,
+    OWN,
+    PRUNE_ONLY,
+    RECOVER,
+    is_repair_condition,
+    repair_of,
+)
 
 TASK_ORDER = ("mrpc", "cola", "rte", "wnli")
 EXCLUDED_FROM_AVERAGE = ("wnli",)
@@ -27,6 +37,19 @@ EXTRA_COLORS = ("#332288", "#999933", "#DDCC77", "#AA4499", "#117733", "#CC6677"
 
 CONDITION_SUFFIX = {RECOVER: " +recover", OWN: ", own fine-tuning"}
 """What a row's name adds for its condition (prune-only and control add nothing)."""
+
+
+def condition_group(condition: str) -> str:
+    """The condition group a record of ``condition`` is in: ``prune+recover`` (with control and own weights), a
+    repair condition its own, else ``prune-only``."""
+    if is_repair_condition(condition):
+        return condition
+    return RECOVER if condition in (RECOVER, CONTROL, OWN) else PRUNE_ONLY
+
+
+def condition_suffix(condition: str) -> str:
+    """:data:`CONDITION_SUFFIX` of ``condition``; `` +REPAIR`` for a repair condition (``prune+bias``: `` +bias``)."""
+    return f" +{repair_of(condition)}" if is_repair_condition(condition) else CONDITION_SUFFIX.get(condition, "")
 
 
 def task_key(task: str) -> tuple:
@@ -152,7 +175,7 @@ class Unit:
         """The name a table row shows: the method, ``METHOD +recover`` in prune+recover, ``METHOD, own
         fine-tuning`` for a method's own weights (docs/protocol.md §4), with ``opts=HASH`` where several option
         sets ran."""
-        text = self.name + CONDITION_SUFFIX.get(self.condition, "")
+        text = self.name + condition_suffix(self.condition)
         return text + (f" opts={self.opts}" if self.opts else "")
 
     @property
@@ -163,7 +186,7 @@ class Unit:
             text += f" [{self.budget}]"
         if self.opts:
             text += f" opts={self.opts}"
-        return text + CONDITION_SUFFIX.get(self.condition, "")
+        return text + condition_suffix(self.condition)
 
     @property
     def sort_key(self) -> tuple:
@@ -175,7 +198,7 @@ class Unit:
     def group(self) -> str:
         """The condition group whose table holds this row: prune+recover (with control and the methods' own
         weights) or prune-only."""
-        return RECOVER if self.condition in (RECOVER, CONTROL, OWN) else PRUNE_ONLY
+        return condition_group(self.condition)
 
 
 def sorted_units(units: Sequence[Unit]) -> list[Unit]:
