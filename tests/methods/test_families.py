@@ -312,7 +312,8 @@ def test_bench_run_smoke_runs_every_method_on_each_family(family, tiny_folders, 
                        recover=True)
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     ran = {r["method"] for r in records}
-    assert ran == {"original", "random", "confidence", "michel", "voita", "dsp", "redundancy", "kwon", "auber"}, ran
+    assert ran == {"original", "random", "confidence", "michel", "voita", "dsp", "redundancy", "kwon", "auber", "flap",
+                   "optin", "kprune"}, ran
     conditions = {r["condition"] for r in records}
     assert conditions == {"prune-only", "prune+recover", "control", "own-fine-tuning"}, conditions
     assert not runner.failures
