@@ -49,6 +49,9 @@ class PruningContext:
             backward passes run outside ``fine_tune``.
         precision: the run's ``--precision`` (``fp32`` or ``bf16``); ``evaluate`` and ``fine_tune`` use it, and a
             method's own forward passes take it through :meth:`autocast`.
+        min_heads_per_layer: the run's per-layer floor (``--min-heads-per-layer``; 0: none). The runner moves every
+            mask to it after the method; a method that repairs its own mask (``own_repair``) moves its mask
+            before repairing (:func:`apply_layer_floor`), so that its repair belongs to the mask evaluated.
     """
 
     task: str
@@ -69,6 +72,7 @@ class PruningContext:
     log: Callable[[str], None] = lambda message: None
     count_backward: Callable[[int], None] = lambda examples: None
     precision: str = "fp32"
+    min_heads_per_layer: int = 0
 
     def autocast(self) -> torch.autocast:
         """The context of a method's own forward passes (the loss included; the backward pass outside it):

@@ -11,7 +11,14 @@ import torch
 from torch import nn
 
 from headprune_bench.methods import mask_tuning as stages
-from headprune_bench.methods.base import SPLITS, HeadPruner, PruningContext, PruningResult, lowest_k_mask
+from headprune_bench.methods.base import (
+    SPLITS,
+    HeadPruner,
+    PruningContext,
+    PruningResult,
+    apply_layer_floor,
+    lowest_k_mask,
+)
 from headprune_bench.methods.heads import forward_flops
 from headprune_bench.methods.options import Interval
 from headprune_bench.methods.registry import register
@@ -88,6 +95,8 @@ class _Kwon(HeadPruner):
             trace["rearrange"] = {"objective_before": before, "objective_after": after,
                                   "heads_moved": int((mask != torch.tensor(trace["searched_mask"])).sum()) // 2}
             timings["rearrange_wall_s"] = round(time.time() - start, 3)
+        if context.min_heads_per_layer and "tune" in self.stages:  # the floor first: the scales are for this mask
+            mask, trace["layer_floor_before_tuning"] = apply_layer_floor(mask, fisher, context.min_heads_per_layer)
         if "tune" in self.stages:
             start = time.time()
             head_scales, trace["tune"] = tune_heads(model, batches, mask, fisher, opts["teacher"],

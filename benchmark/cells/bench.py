@@ -105,6 +105,8 @@ class SeedBench:
     """Whether ``CellWork.base_check`` has run on this bench."""
     base_differs: int | None = None
     """Its count of dev predictions that differ from the stored original record (None: unchecked, or no comparison)."""
+    min_heads_per_layer: int = 0
+    """The run's per-layer floor, which the pruning context passes on (``PruningContext.min_heads_per_layer``)."""
     calibration: Any = None
     """The repair cells' calibration context (``cells.repairing.calibration``), built by the first that needs it."""
     layout: Any = field(init=False)
@@ -165,7 +167,7 @@ class SeedBench:
             compute_metrics=lambda preds, labels: tasks.compute_metrics(spec, preds, labels),
             log=lambda msg: _method_says(f"[{spec.name} s{seed}] {msg}"),
             count_backward=lambda n: setattr(counter, "backward", counter.backward + int(n)),
-            precision=self.precision,
+            precision=self.precision, min_heads_per_layer=self.min_heads_per_layer,
         )
 
 

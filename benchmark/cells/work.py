@@ -294,7 +294,8 @@ class CellWork:
                          splits={"mini_train": data.train.select(mini_train_idx),
                                  "mini_dev": data.train.select(mini_dev_idx), "train": data.train},
                          tokenizer=tokenizer, device=self.device, model_name=self.cfg.model,
-                         recover=self.cfg.preset.recover, progress=self.cfg.progress, precision=self.cfg.precision)
+                         recover=self.cfg.preset.recover, progress=self.cfg.progress, precision=self.cfg.precision,
+                         min_heads_per_layer=self.cfg.min_heads_per_layer)
 
     # ------------------------------------------------------------------ one cell
 

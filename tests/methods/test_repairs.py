@@ -244,3 +244,26 @@ def test_the_calibration_sample_is_kwons_sample():
     assert kwon.sample(context) == calibration_indices(500, context.generator(salt=CALIBRATION_SALT), 64)
     with pytest.raises(ValueError, match="calibration split is empty"):
         calibration_indices(0, context.generator(), 8)
+
+
+def test_kwon_moves_its_mask_to_the_floor_before_tuning_so_its_scales_are_the_evaluated_masks():
+    """With a per-layer floor, kwon applies it before its tuning (PruningContext.min_heads_per_layer): the scales
+    are those of the mask that is evaluated, and the runner's floor afterwards moves nothing. Applied after the
+    tuning (the code before issue 62), a restored head came back with scale 1 and the other scales were tuned for
+    another mask."""
+    from headprune_bench.benchmark.cells.levels import with_floor
+
+    model = tiny_model(seed=2).eval()
+    kwon = KwonPruner(sample_size=16, batch_size=8)
+    floored = dataclasses.replace(synthetic_context(model, seed=2, target_heads=9), min_heads_per_layer=1)
+    result = kwon.prune(model, floored)
+    assert all(int(row.sum()) >= 1 for row in result.mask) and int((result.mask == 0).sum()) == 9
+    after = with_floor(result, 1)
+    assert torch.equal(after.mask, result.mask) and after.trace["layer_floor"]["restored"] == []
+    batches = list(floored.batches("train", batch_size=8, indices=kwon.sample(floored)))
+    scales, _ = tune_heads(model, batches, result.mask, result.scores, "sqrt", 100_000)
+    assert torch.equal(result.head_scales, scales)
+    late = with_floor(kwon.prune(model, synthetic_context(model, seed=2, target_heads=9)), 1)
+    assert late.trace["layer_floor"]["restored"] == [[0, 2]]  # this instance needs the floor
+    assert torch.equal(late.mask, result.mask)  # the same final mask, but the old order tuned another one
+    assert not torch.equal(late.head_scales, scales)
