@@ -180,8 +180,13 @@ class HeadPruner(abc.ABC):
     def own_repair(self) -> str | None:
         """The repair this method applies to its own mask with these options (``kwon``: ``"scales"``), or None
         when its prune-only result is a plain mask on the base weights; ``bench run --repair`` repairs only the
-        latter and skips the former, saying so. Default: None."""
+        latter and skips the former, saying so (with :meth:`selection_alone`). Default: None."""
         return None
+
+    def selection_alone(self) -> str:
+        """How to run this method's selection without its own repair, for the line ``--repair`` prints when it
+        skips the method (``kwon``: ``kwon-rearrange``); empty when there is no such way. Default: empty."""
+        return ""
 
     def ranks_once(self) -> bool:
         """Whether, with these options, :meth:`prune`'s mask at any fixed target K is :meth:`mask_at` of its

@@ -196,6 +196,10 @@ class KPrunePruner(HeadPruner):
         """``"weights"`` with ``tuning`` (KPWT is part of the method), else None (a plain mask)."""
         return "weights" if self.options["tuning"] else None
 
+    def selection_alone(self) -> str:
+        """The search without tuning: ``--option kprune.tuning=false``."""
+        return "kprune with --option kprune.tuning=false"
+
     def sample(self, context: PruningContext) -> list[int]:
         """The calibration sample's indices (:func:`~headprune_bench.methods.repair.calibration_indices` with the
         repairs' salt): ``min(sample_size, n)`` of the split, without replacement, in the order drawn.

@@ -57,6 +57,10 @@ class _Kwon(HeadPruner):
         """``"scales"`` when this name runs the mask tuning (``kwon``), else None."""
         return "scales" if "tune" in self.stages else None
 
+    def selection_alone(self) -> str:
+        """``kwon-rearrange``: the same search and rearrangement, no tuning."""
+        return "kwon-rearrange"
+
     def prune(self, model: nn.Module, context: PruningContext) -> PruningResult:
         """Fisher search of the ``target_heads`` heads to prune, then the stages of this name; weights untouched.
 

@@ -48,11 +48,11 @@ def compute_frames(data: RunData, results: list[GroupResult], plots_dir: Path | 
     if has_matrix(data.frame):
         frames.matrix = matrix_frames(data, frames.curves.auc if frames.curves is not None else None, n_boot, seed)
         frames.families = pd.concat([frames.families, family_rows(frames.matrix.tests)], ignore_index=True)
-        if plots_dir and results:
+        if plots_dir:
             plots_dir.mkdir(parents=True, exist_ok=True)
-            for task in dict.fromkeys(frames.matrix.area.task):
+            for task in dict.fromkeys([*frames.matrix.area.task, *frames.matrix.matrix.task]):
                 frames.matrix_plots += heatmap(task, frames.matrix.area, frames.matrix.tests.to_dict("records"),
-                                               plots_dir)
+                                               plots_dir, frames.matrix.matrix)
     if plots_dir and results and frames.curves is not None:
         frames.plots = [*curve_plots_of(data, frames.curves, plots_dir), *frames.plots]
     frames.plots += frames.matrix_plots

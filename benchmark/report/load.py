@@ -23,7 +23,8 @@ log = logging.getLogger("benchmark")
 #: Columns of :attr:`RunData.frame`, in order.
 FRAME_COLUMNS = ["task", "seed", "method", "budget", "condition", "opts", "unit", "score", "metric", "majority",
                  "degenerate", "base_failed", "heads_pruned", "heads_total", "target", "wall_s", "prune_wall_s",
-                 "forward_examples", "backward_examples", "device", "machine", "weights", "layers_emptied", "rec"]
+                 "forward_examples", "backward_examples", "device", "machine", "weights", "layers_emptied",
+                 "head_scales", "rec"]
 
 #: What skipping an unreadable line of each file means for the report.
 _BROKEN_CONSEQUENCE = {
@@ -247,7 +248,7 @@ def _row(i: int, r: Record) -> dict[str, Any]:
             "target": _target_of(r), "wall_s": r.cost.wall_s, "prune_wall_s": r.cost.prune_wall_s,
             "forward_examples": r.cost.forward_examples, "backward_examples": r.cost.backward_examples,
             "device": r.cost.device, "machine": r.cost.machine, "weights": r.weights,
-            "layers_emptied": r.layers_emptied, "rec": i}
+            "layers_emptied": r.layers_emptied, "head_scales": r.head_scales is not None, "rec": i}
 
 
 def records_frame(records: Iterable[Record | dict[str, Any]]) -> pd.DataFrame:

@@ -36,10 +36,14 @@ from headprune_bench.benchmark.store.records import (
     repair_of,
 )
 
+OWN_SCALES = "own scales"
+"""The repair column of a prune-only cell whose method scaled its own mask (``kwon``: Kwon's tuning is part of
+the method), which is therefore no ``none``."""
 MATRIX_COLUMNS = ["task", "level", "selector", "repair", "n", "mean", "delta", "delta_ci_low", "delta_ci_high",
-                  "degenerate"]
+                  "degenerate", "base_failed"]
 """``matrix.csv``: per (task, level, selector, repair) the mean score over the seeds (percent points, MCC x 100),
-its paired mean difference from the original with a 95% bootstrap CI, and degenerate seeds."""
+its paired mean difference from the original with a 95% bootstrap CI, and degenerate seeds; ``base_failed``: every
+seed's base model failed, so these are the failed seeds' scores (a plumbing check, in no test)."""
 TEST_COLUMNS = ["family", "task", "level", "selector", "repair", "vs", "n", "mean", "ci_low", "ci_high", "p_exact",
                 "p_holm", "significant"]
 """``matrix_tests.csv``: one row per declared test; ``vs`` the other side (``none``, or the runner-up)."""
@@ -58,16 +62,20 @@ def has_matrix(frame: pd.DataFrame) -> bool:
 
 
 def _kept(frame: pd.DataFrame) -> pd.DataFrame:
-    """Prune-only, prune+recover and repair rows of fixed levels, base-failed seeds left out, with a ``repair``
-    column (``none``, ``finetune``, the repair's name) and a ``selector`` column (:func:`curves.display_name`)."""
+    """Prune-only, prune+recover and repair rows of fixed levels, base-failed seeds left out (a task whose every
+    seed failed keeps them, with ``base_failed`` True), with a ``repair`` column (``none``, ``finetune``, the
+    repair's name) and a ``selector`` column (:func:`curves.display_name`)."""
     parts = []
     for _, tdf in frame.groupby("task", sort=False):
         bad = base_failed_seeds(tdf)
-        parts.append(tdf[~tdf.seed.isin(bad)])
-    df = pd.concat(parts) if parts else frame
+        kept = tdf[~tdf.seed.isin(bad)]
+        # every seed failed (a smoke run): its rows stay, flagged, for a plumbing check without statistics
+        parts.append(kept.assign(base_failed=False) if not kept.empty else tdf.assign(base_failed=True))
+    df = pd.concat(parts) if parts else frame.assign(base_failed=False)
     keep = df.condition.isin([PRUNE_ONLY, RECOVER]) | df.condition.map(is_repair_condition)
     df = df[keep & df.budget.map(is_level) & (df.method != ORIGINAL)].copy()
     df["repair"] = df.condition.map(repair_of)
+    df.loc[(df.condition == PRUNE_ONLY) & df.head_scales.astype(bool), "repair"] = OWN_SCALES
     df["selector"] = df.unit.map(display_name)  # (as auc.csv names a curve: the options hash where it ran several)
     return df
 
@@ -78,8 +86,8 @@ def _originals(frame: pd.DataFrame) -> dict[tuple[str, int], float]:
 
 
 def _repair_order(repairs) -> list[str]:
-    order = {NO_REPAIR: 0, "finetune": 2}
-    return sorted(set(repairs), key=lambda r: (order.get(r, 1), r))
+    order = {NO_REPAIR: 0, OWN_SCALES: 1, "finetune": 3}
+    return sorted(set(repairs), key=lambda r: (order.get(r, 2), r))
 
 
 def matrix_frame(frame: pd.DataFrame, n_boot: int = 10_000, seed: int = 0) -> pd.DataFrame:
@@ -95,7 +103,8 @@ def matrix_frame(frame: pd.DataFrame, n_boot: int = 10_000, seed: int = 0) -> pd
         low, high = stats.bootstrap_ci(diffs, n_boot=n_boot, seed=seed) if diffs.size > 1 else (math.nan, math.nan)
         rows.append({"task": task, "level": budget, "selector": selector, "repair": repair, "n": int(len(g)),
                      "mean": float(scores.mean()), "delta": float(diffs.mean()) if diffs.size else math.nan,
-                     "delta_ci_low": low, "delta_ci_high": high, "degenerate": int(g.degenerate.astype(bool).sum())})
+                     "delta_ci_low": low, "delta_ci_high": high, "degenerate": int(g.degenerate.astype(bool).sum()),
+                     "base_failed": bool(g.base_failed.any())})
     out = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
     if out.empty:
         return out
@@ -125,7 +134,7 @@ def score_tests(frame: pd.DataFrame, n_boot: int = 10_000, seed: int = 0) -> lis
     """The ``task/matrix/LEVEL/repair-vs-none`` families: each training-free repair of a selector against its
     prune-only cell at the same level, paired by seed (only seeds with both; score in percent points)."""
     df = _kept(frame)
-    df = df[df.repair != "finetune"]
+    df = df[(df.repair != "finetune") & ~df.base_failed]
     rows = []
     for (task, budget), g in df.groupby(["task", "budget"], sort=False):
         family = f"{task}/matrix/{budget}/repair-vs-none"
@@ -199,16 +208,26 @@ def spread_lines(matrix: pd.DataFrame) -> list[str]:
     return lines
 
 
-def heatmap(task: str, area: pd.DataFrame, tests: list[dict], folder: Path) -> list[Path]:
+def heatmap(task: str, area: pd.DataFrame, tests: list[dict], folder: Path,
+            matrix: pd.DataFrame | None = None) -> list[Path]:
     """``matrix_<task>.png|pdf``: selectors (rows) x repairs (columns) coloured by mean area above chance, each
     cell's value written in it, ``*`` where its area differs from the selector's prune-only area (Holm p < 0.05
-    in ``task/matrix/area/repair-vs-none``). Returns the files written (none without areas)."""
+    in ``task/matrix/area/repair-vs-none``). A task without areas (every base model failed, or one level) shows
+    ``matrix``'s mean score over its levels instead, titled so. Returns the files written (none without either)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     a = area[area.task == task]
+    label, vmax, title = "area above chance", 1.0, "area above chance (1 = the unpruned margin kept)"
+    if a.empty and matrix is not None and not matrix[matrix.task == task].empty:
+        m = matrix[(matrix.task == task) & (matrix.repair != "finetune")]
+        a = m.groupby(["selector", "repair"], as_index=False)["mean"].mean().assign(task=task)
+        failed = bool(m.base_failed.any())
+        label, vmax = "mean score", 100.0
+        title = ("mean score over the levels: every base model failed, a plumbing check, not a result" if failed
+                 else "mean score over the levels (no area above chance)")
     if a.empty:
         return []
     repairs = _repair_order(a.repair)
@@ -219,20 +238,19 @@ def heatmap(task: str, area: pd.DataFrame, tests: list[dict], folder: Path) -> l
     marks = {(t["selector"], t["repair"]) for t in tests if t["family"] == f"{task}/matrix/area/repair-vs-none"
              and t["significant"]}
     fig, ax = plt.subplots(figsize=(1.6 + 1.25 * len(repairs), 1.2 + 0.45 * len(selectors)), constrained_layout=True)
-    image = ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=max(1.0, float(np.nanmax(grid))), aspect="auto")
+    image = ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=max(vmax, float(np.nanmax(grid))), aspect="auto")
     for i, s in enumerate(selectors):
         for j, r in enumerate(repairs):
             if np.isfinite(grid[i, j]):
                 text = f"{grid[i, j]:.2f}" + ("*" if (s, r) in marks else "")
                 ax.text(j, i, text, ha="center", va="center", fontsize=9,
-                        color="black" if grid[i, j] > 0.6 else "white")
+                        color="black" if grid[i, j] > 0.6 * vmax else "white")
     ax.set_xticks(range(len(repairs)), [("none (prune-only)" if r == NO_REPAIR else r) for r in repairs])
     ax.set_yticks(range(len(selectors)), selectors)
     ax.set_xlabel("repair")
     ax.set_ylabel("selector")
-    ax.set_title(f"{task.upper()}: area above chance (1 = the unpruned margin kept)\n* repair differs from none "
-                 f"(Holm p < {ALPHA:g})", fontsize=10)
-    fig.colorbar(image, ax=ax, label="area above chance")
+    ax.set_title(f"{task.upper()}: {title}\n* repair differs from none (Holm p < {ALPHA:g})", fontsize=10, wrap=True)
+    fig.colorbar(image, ax=ax, label=label)
     paths = []
     for ext in ("png", "pdf"):
         path = folder / f"matrix_{task}.{ext}"
@@ -280,7 +298,12 @@ def matrix_section(mf: MatrixFrames, plots: list[Path] | None = None) -> list[st
           "(`finetune`, prune+recover). Cells: mean score over the seeds, with its paired difference from the "
           "unpruned model (Δ, percent points). Tests (secondary families, `matrix_tests.csv`): each repair "
           "against `none` of the same selector and level; areas likewise; the best (selector, repair) by area "
-          "against the runner-up. Selectors pairwise within a repair: that repair's own tables above.", ""]
+          "against the runner-up. Selectors pairwise within a repair: that repair's own tables below. "
+          f"`{OWN_SCALES}`: a method whose prune-only cell carries its own repair (kwon's head scales; its "
+          "selection alone is kwon-rearrange), which takes no other.", ""]
+    for task in dict.fromkeys(mf.matrix.task[mf.matrix.base_failed.astype(bool)]):
+        md += [f"**{task.upper()}: every seed's base model failed** (protocol.md §6): the tables below show those "
+               f"seeds' scores, a plumbing check, not a result; no test is computed and no area drawn.", ""]
     for (task, level), g in mf.matrix.groupby(["task", "level"], sort=False):
         repairs = _repair_order(g.repair)
         table = g.pivot(index="selector", columns="repair", values="mean")
@@ -290,6 +313,8 @@ def matrix_section(mf: MatrixFrames, plots: list[Path] | None = None) -> list[st
         md += [f"**{task.upper()} {level}: mean score (Δ vs original)**", "",
                "| selector | " + " | ".join(repairs) + " |", "|:--|" + "--:|" * len(repairs)]
         md += ["| " + " | ".join(row) + " |" for row in rows] + [""]
+        if g.base_failed.astype(bool).any():
+            continue
         t = mf.tests[(mf.tests.task == task) & (mf.tests.level == level)]
         sig = t[t.significant.astype(bool)]
         md += [f"Repair vs none at {level}: {len(sig)} of {len(t)} significant (Holm within "

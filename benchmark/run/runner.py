@@ -225,9 +225,14 @@ class Runner:
         """One line per method that ``--repair`` skips, saying why (empty without ``--repair``)."""
         if not self.cfg.repairs:
             return []
-        return [f"--repair: {name} is skipped: it applies its own repair ({self._create(name).own_repair()}) to its "
-                f"mask" + (f"; its selection alone is {name}-rearrange" if name == "kwon" else "")
-                for name in self.method_names if name not in self.repairable()]
+        lines = []
+        for name in self.method_names:
+            if name not in self.repairable():
+                method = self._create(name)
+                alone = method.selection_alone()
+                lines.append(f"--repair: {name} is skipped: it applies its own repair ({method.own_repair()}) to its "
+                             f"mask" + (f"; its selection alone is {alone}" if alone else ""))
+        return lines
 
     def _key(self, task: str, seed: int, method: str, condition: str, level: str | None = None) -> str:
         """The key of a planned cell (:meth:`CellWork.key <headprune_bench.benchmark.cells.work.CellWork.key>`)."""
