@@ -207,6 +207,19 @@ class HeadPruner(abc.ABC):
         mask = lowest_k_mask(result.scores, int(target_heads), self.options.get("min_heads_per_layer", 0))
         return PruningResult(mask=mask, scores=result.scores, trace=copy.deepcopy(result.trace))
 
+    def require_target(self, context: PruningContext) -> int:
+        """``context.target_heads`` of a method that needs a budget.
+
+        Raises:
+            ValueError: no target (the message names ``--budget``), or one outside ``[0, L*H]``.
+        """
+        if context.target_heads is None:
+            raise ValueError(f"method '{self.name}' needs a budget: give --budget heads:K, fraction:F or matched:M")
+        target, total = int(context.target_heads), context.total_heads
+        if not 0 <= target <= total:
+            raise ValueError(f"{self.name}: cannot prune {target} of {total} heads")
+        return target
+
     def get_options(self) -> dict[str, Any]:
         """The method's options (defaults merged with what the constructor got), JSON-serialisable."""
         return copy.deepcopy(self.options)

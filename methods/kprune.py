@@ -219,11 +219,7 @@ class KPrunePruner(HeadPruner):
                 model with fewer than 2 logits.
         """
         opts = self.options
-        if context.target_heads is None:
-            raise ValueError(f"method '{self.name}' needs a budget: give --budget heads:K, fraction:F or matched:M")
-        target, total = int(context.target_heads), context.total_heads
-        if not 0 <= target <= total:
-            raise ValueError(f"{self.name}: cannot prune {target} of {total} heads")
+        target, total = self.require_target(context), context.total_heads
         layout = get_layout(model)
         if layout.is_pruned():
             raise ValueError(f"{self.name}: prunes the unpruned model; this one has heads removed")

@@ -71,11 +71,7 @@ class _Kwon(HeadPruner):
             ValueError: no target, a target outside ``[0, L*H]``, or an empty split.
         """
         opts = self.options
-        if context.target_heads is None:
-            raise ValueError(f"method '{self.name}' needs a budget: give --budget heads:K, fraction:F or matched:M")
-        target, total = int(context.target_heads), context.total_heads
-        if not 0 <= target <= total:
-            raise ValueError(f"{self.name}: cannot prune {target} of {total} heads")
+        target = self.require_target(context)
         model.eval()
         indices = self.sample(context)
         batches = list(context.batches(opts["split"], batch_size=opts["batch_size"], indices=indices))

@@ -154,11 +154,7 @@ class OptinPruner(HeadPruner):
             ValueError: no target, a target outside ``[0, L*H]``, or an empty train split.
             UnsupportedArchitectureError: a family without a known FFN output projection.
         """
-        if context.target_heads is None:
-            raise ValueError(f"method '{self.name}' needs a budget: give --budget heads:K, fraction:F or matched:M")
-        target, total = int(context.target_heads), context.total_heads
-        if not 0 <= target <= total:
-            raise ValueError(f"{self.name}: cannot prune {target} of {total} heads")
+        target, total = self.require_target(context), context.total_heads
         model.eval()
         indices = self.sample(context)
         batch = next(iter(context.batches("train", batch_size=len(indices), indices=indices)))

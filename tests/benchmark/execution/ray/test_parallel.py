@@ -594,3 +594,19 @@ def test_a_sweep_on_ray_shares_the_score_pass_and_equals_the_serial_sweep(ray_ad
             assert source.split("|")[2:5] == [method, "fraction:0.1", "prune-only"], key
         else:  # the scoring level and the unpruned model
             assert source is None, key
+
+
+def test_repair_cells_on_ray_wait_for_their_mask_and_equal_the_serial_run(ray_address, glue_dir, tmp_path):
+    """``--repair`` on Ray: each prune+REPAIR cell waits for its method's prune-only cell, takes its mask and gives
+    the serial run's record (the calibration sample and the repairs are deterministic)."""
+    repaired = dict(methods_spec="random", tasks_spec="wnli", repair="bias,scales")
+    serial = tmp_path / "serial"
+    _one_thread_run(serial, glue_dir, repaired)
+    parallel = tmp_path / "parallel"
+    shutil.copytree(serial / "base", parallel / "base")
+    run_smoke(parallel, glue_dir, workers=2, **repaired)
+    records = RecordStore(parallel).records()
+    assert sorted(r["condition"] for r in records) == ["prune+bias", "prune+scales", "prune-only", "prune-only"]
+    assert stable(records) == stable(RecordStore(serial).records())
+    masks = {r["condition"]: r["mask"] for r in records if r["method"] == "random"}
+    assert masks["prune+bias"] == masks["prune+scales"] == masks["prune-only"]
