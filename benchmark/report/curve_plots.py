@@ -24,7 +24,15 @@ from headprune_bench.benchmark.report.units import (
     sorted_methods,
     task_label,
 )
-from headprune_bench.benchmark.store.records import CONTROL_NAME, METRIC_AXIS, ORIGINAL, PRUNE_ONLY, RECOVER
+from headprune_bench.benchmark.store.records import (
+    CONTROL_NAME,
+    METRIC_AXIS,
+    ORIGINAL,
+    PRUNE_ONLY,
+    RECOVER,
+    is_repair_condition,
+    repair_of,
+)
 
 _STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
           "legend.fontsize": 7, "axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42}
@@ -167,15 +175,22 @@ def _seeds_note(rows: pd.DataFrame) -> str:
     return f"bands: 95% t-CI over {seeds} (paired CIs in the tables)"
 
 
+def repair_panels(rows: pd.DataFrame) -> list[str]:
+    """The repair conditions of a task's curve rows, each a panel after prune-only and prune+recover."""
+    return sorted(c for c in rows.condition.unique() if is_repair_condition(c))
+
+
 def _curve_panels(fig, rows: pd.DataFrame, colors: dict, markers: dict) -> tuple[dict, dict]:
-    """Both panels of :func:`plot_curves`; returns the legend handles by label, of the methods and the references."""
-    axes = fig.subplots(1, 2, sharey=True)
+    """The panels of :func:`plot_curves`; returns the legend handles by label, of the methods and the references."""
+    panels = [*_PANELS, *[(c, ORIGINAL, f"{c}: the prune-only mask,\nrepaired by {repair_of(c)}")
+                          for c in repair_panels(rows)]]
+    axes = fig.subplots(1, len(panels), sharey=True)
     style = _style_of([ORIGINAL, CONTROL_NAME, *rows.method.unique()], colors, markers)
     second, handles, refs, values = _second_sets(rows.method, rows.opts), {}, {}, []
     lines, points = _units(rows[rows.kind.isin(["curve", "point"])])
     labels = {**_labels(list(lines), False), **_labels(list(points), True)}
     starts = {name: _first(rows[rows.method == name]["mean"]) for name in (ORIGINAL, CONTROL_NAME)}
-    for ax, (condition, start_row, title) in zip(axes, _PANELS):
+    for ax, (condition, start_row, title) in zip(axes, panels):
         cells = rows[(rows.condition == condition) & rows.kind.isin(["curve", "point"])]
         if cells.empty:
             ax.text(0.5, 0.5, f"no {condition} cells", transform=ax.transAxes, ha="center", va="center",
@@ -212,7 +227,8 @@ def _legend(fig, methods: dict, refs: dict) -> None:
 
 def plot_curves(curves: pd.DataFrame, task: str, folder: Path, colors: dict[str, str],
                 markers: dict[str, str]) -> list[Path]:
-    """Score (x 100) vs fraction of heads pruned for ``task``: prune-only left, prune+recover right, each method's
+    """Score (x 100) vs fraction of heads pruned for ``task``: prune-only left, prune+recover next, then one panel
+    per repair condition (against the original, as prune-only), each method's
     line starting at its panel's unpruned score, 95% CI bands, own-count methods as points with CIs on both axes.
 
     ``colors``/``markers`` are keyed by row name (``original``, ``control``, methods). Writes ``curve_<task>.png``
@@ -224,7 +240,7 @@ def plot_curves(curves: pd.DataFrame, task: str, folder: Path, colors: dict[str,
     if rows.empty:
         return []
     with matplotlib.rc_context(_STYLE):
-        fig = new_figure(7.0, 3.6)
+        fig = new_figure(7.0 + 3.2 * len(repair_panels(rows)), 3.6)
         top, bottom = fig.subfigures(2, 1, height_ratios=[3.45, 0.15])
         _legend(top, *_curve_panels(top, rows, colors, markers))
         fig.suptitle(f"{task_label(task)}: score vs fraction of heads pruned (mean over seeds)", fontsize=9)

@@ -90,3 +90,15 @@ def test_the_area_tests_heatmap_and_section(folders, tmp_path):
     text = "\n".join(matrix_section(mf, paths))
     assert "**RTE fraction:0.5: mean score (Δ vs original)**" in text and "Best by area:" in text
     assert len(mf.spread) == 2 and all("across selectors under one repair" in line for line in mf.spread)
+
+
+def test_each_repair_gets_a_curve_panel_against_the_original(folders, tmp_path):
+    from headprune_bench.benchmark.report.curve_plots import plot_curves, repair_panels
+
+    data = load_runs([folders[1]])
+    curves = curve_frames(data, n_boot=200).curves
+    rows = curves[curves.task == "rte"]
+    assert repair_panels(rows) == list(REPAIRS)
+    assert set(rows[rows.condition == "prune+bias"].method) == {"random", "michel"}  # (the original: prune-only)
+    paths = plot_curves(curves, "rte", tmp_path, {}, {})
+    assert sorted(p.name for p in paths) == ["curve_rte.pdf", "curve_rte.png"]
