@@ -77,10 +77,28 @@ def test_none_and_finetune_name_the_existing_conditions(tmp_path, glue_dir):
     assert cfg.repairs == ("bias",) and cfg.recover
 
 
-def test_an_exported_repair_cell_predicts_as_evaluated(tmp_path, glue_dir):
+def test_an_exported_repair_cell_loads_and_predicts_as_evaluated(tmp_path, glue_dir):
+    """bench export of a repair cell runs the repair again from the stored mask; the folder alone, loaded as a user
+    loads it, predicts every dev example as the record says the cell did."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from headprune_bench.benchmark import training
+    from headprune_bench.benchmark.tasks import get_task
+
     run = tmp_path / "run"
     run_smoke(run, glue_dir, repair="bias,scales")
-    for condition in ("prune+bias", "prune+scales"):
-        info = export_cell(run, task="wnli", seed=0, method="random", condition=condition,
-                           out=tmp_path / condition, data_dir=str(glue_dir), device="cpu")
-        assert info.predictions_differ == 0 and info.heads_pruned > 0
+    records = _records(run, "random")
+    runner = Runner(smoke_config(run, glue_dir, repair="bias,scales"))
+    try:
+        data = runner.task_data(get_task("wnli"))
+        for condition in ("prune+bias", "prune+scales"):
+            info = export_cell(run, task="wnli", seed=0, method="random", condition=condition,
+                               out=tmp_path / condition, data_dir=str(glue_dir), device="cpu")
+            assert info.predictions_differ == 0 and info.heads_pruned > 0
+            loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / condition,
+                                                                        trust_remote_code=True).eval()
+            _, predictions = training.evaluate(loaded, data.dev, data.spec, runner.tokenizer, torch.device("cpu"))
+            assert predictions.tolist() == read_ids(records[condition]["predictions"])
+    finally:
+        runner.close()
