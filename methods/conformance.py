@@ -172,7 +172,8 @@ def synthetic_context(model: nn.Module, seed: int = 0, target_heads: int | None 
     )
 
 
-def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+def model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of every tensor of ``model``'s state dict, to compare before and after a call."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -228,7 +229,7 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
     results = []
     for run in range(2):
         model = tiny_model(seed=seed, family=family)
-        before = _state(model)
+        before = model_state(model)
         context = synthetic_context(model, seed=seed, target_heads=target_heads, family=family)
         # a method's randomness must come from context.seed, not the global RNG
         torch.manual_seed(9_000 + run)
@@ -252,7 +253,7 @@ def check_pruner(method: type[HeadPruner] | str, target_heads: int = 3, seed: in
                 f"method '{cls.name}' returned retrained=True but changes_weights() is False; override "
                 f"changes_weights() so that the runner evaluates its own weights as a separate row")
         else:
-            after = _state(model)
+            after = model_state(model)
             changed = [k for k in before if not torch.equal(before[k], after[k])]
             assert not changed, (
                 f"method '{cls.name}' changed the base model's weights without retrained=True: {changed[:3]}")

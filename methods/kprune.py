@@ -43,6 +43,20 @@ DEPARTURES = ("heads_only", "head_budget_exact_k", "calibration_sample", "empty_
 """Departures from the official code that always apply (docs/methods.md, "K-prune", says why)."""
 
 
+def _soft_kl(logits: torch.Tensor, labels: list[torch.Tensor], index: int, own: bool, temperature: float):
+    """``T^2 * KL(labels[index] || softmax(logits / T))``, batch mean; with ``own``, this pass's soft labels are
+    appended to ``labels`` first (the teacher's step). Raises ValueError: fewer than 2 logits."""
+    if logits.dtype != torch.float64:
+        logits = logits.float()
+    if logits.shape[-1] < 2:
+        raise ValueError("kprune: the soft labels need a classifier with at least 2 labels (the official "
+                         "regression branch, an MSE to the teacher's output, is not ported)")
+    if own:
+        labels.append(F.softmax(logits.detach() / temperature, dim=-1))
+    return F.kl_div(F.log_softmax(logits / temperature, dim=-1), labels[index],
+                    reduction="batchmean") * temperature ** 2
+
+
 def measure_knowledge(model: nn.Module, batches: list[Batch], mask: torch.Tensor, first: int, temperature: float,
                       teacher_labels: list[torch.Tensor] | None = None,
                       autocast=contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
@@ -100,15 +114,7 @@ def measure_knowledge(model: nn.Module, batches: list[Batch], mask: torch.Tensor
                     state["tokens"] = batch["attention_mask"].bool()
                     with autocast():
                         logits = model(**model_inputs(batch)).logits
-                    if logits.dtype != torch.float64:
-                        logits = logits.float()
-                    if logits.shape[-1] < 2:
-                        raise ValueError("kprune: the soft labels need a classifier with at least 2 labels (the "
-                                         "official regression branch, an MSE to the teacher's output, is not ported)")
-                    if teacher_labels is None:
-                        labels.append(F.softmax(logits.detach() / temperature, dim=-1))
-                    kl = F.kl_div(F.log_softmax(logits / temperature, dim=-1), labels[index],
-                                  reduction="batchmean") * temperature ** 2
+                    kl = _soft_kl(logits, labels, index, teacher_labels is None, temperature)
                     grads = torch.autograd.grad(kl, [channel_masks[layer] for layer in layers])
                     for layer, grad in zip(layers, grads, strict=True):
                         pred[layer] += (grad.detach().double().pow(2) * 0.5).view(heads, size).mean(dim=1).cpu()
@@ -169,7 +175,7 @@ class KPrunePruner(HeadPruner):
     name = "kprune"
     summary = ("K-prune (Park et al. 2024): bottom-up head search by predictive + representational knowledge, "
                "with least-squares W_O tuning per layer (retraining-free)")
-    report_order, report_color = 70, "#332288"  # (Paul Tol's indigo)
+    report_order, report_color = 72, "#661100"  # (Paul Tol's dark red: not among the report's extra colours)
     in_methods_all = False  # not in `--methods all` until the lead adds it to the main job (name it explicitly)
     exact_budget = True
     needs_target = True

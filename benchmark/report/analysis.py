@@ -48,26 +48,16 @@ import numpy as np
 import pandas as pd
 
 from headprune_bench.benchmark import stats
+from headprune_bench.benchmark.report.groups import GROUPS, base_failed_seeds, group_frames
 from headprune_bench.benchmark.report.load import RunData
 from headprune_bench.benchmark.report.units import Unit, ablation_parent, budget_key, sorted_units, task_key
 from headprune_bench.benchmark.stats import PairedStats
-from headprune_bench.benchmark.store.records import (
-    CONTROL,
-    CONTROL_NAME,
-    ORIGINAL,
-    OWN,
-    PRUNE_ONLY,
-    RECOVER,
-    Record,
-    is_repair_condition,
-)
+from headprune_bench.benchmark.store.records import CONTROL_NAME, ORIGINAL, OWN, PRUNE_ONLY, RECOVER, Record
 
 __all__ = ["ALPHA", "DEFAULT_AGAINST", "GROUPS", "VIEWS", "Comparison", "GroupResult", "PairedStats", "SeedView",
            "TwoLevel", "Unit", "UnitStats", "analyse", "base_failed_seeds", "comparison_pairs", "declare_families",
            "family_id", "family_kind", "holm_level", "is_level", "pairwise_pairs", "pick_reference"]
 
-GROUPS = (RECOVER, PRUNE_ONLY)
-"""The condition groups, headline first (the group of a unit is :meth:`Unit.group`)."""
 VIEWS = ("all", "survivors")
 """The two seed sets of every statistic (base-failed seeds are already out): every seed, degenerate pruned runs
 included (the headline); and the seeds without a degenerate side (a sensitivity view)."""
@@ -415,32 +405,6 @@ def compare_units(data: RunData, df: pd.DataFrame, target: Unit, ref: Unit, kind
                       survivors=SeedView(res.clean, two_survivors), count_mismatch=mismatch)
 
 
-def _group_frames(tdf: pd.DataFrame):
-    """(group, frame) of each condition group of one task's frame that has rows, headline first, then each repair
-    condition ``prune+<repair>`` (its rows and the unpruned original, their reference), in name order."""
-    unpruned = (tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)
-    repairs = sorted(c for c in tdf.condition.unique() if is_repair_condition(c))
-    for group in (*GROUPS, *repairs):
-        if group == PRUNE_ONLY:
-            gdf = tdf[tdf.condition == PRUNE_ONLY]
-        elif group == RECOVER:
-            if not tdf.condition.isin([RECOVER, CONTROL, OWN]).any():
-                continue
-            gdf = tdf[tdf.condition.isin([RECOVER, CONTROL, OWN]) | unpruned]
-        else:
-            gdf = tdf[(tdf.condition == group) | unpruned]
-        if not gdf.empty:
-            yield group, gdf
-
-
-def base_failed_seeds(tdf: pd.DataFrame) -> list[int]:
-    """The seeds of one task's frame whose base model failed: a record of the seed says so (``base_failed``, set by
-    the runner from the unpruned cell), or the unpruned prune-only cell is itself degenerate."""
-    flagged = tdf.base_failed.astype(bool) | ((tdf.method == ORIGINAL) & (tdf.condition == PRUNE_ONLY)
-                                              & tdf.degenerate.astype(bool))
-    return sorted(int(s) for s in tdf.seed[flagged].unique())
-
-
 def _scores_of(frame: pd.DataFrame) -> dict[Unit, dict[int, float]]:
     """Each unit's score per seed in ``frame`` (percent points)."""
     return {u: dict(zip(g.seed.astype(int), 100 * g.score.to_numpy())) for u, g in frame.groupby("unit", sort=False)}
@@ -472,7 +436,7 @@ def analyse(data: RunData, against: Sequence[str] | str = DEFAULT_AGAINST, n_boo
     for task in sorted(df.task.unique(), key=task_key) if not df.empty else ():
         tdf = df[df.task == task]
         failed = base_failed_seeds(tdf)
-        for group, gdf in _group_frames(tdf):
+        for group, gdf in group_frames(tdf):
             kept = gdf[~gdf.seed.isin(failed)]
             units = sorted_units(gdf.unit.unique())
             metric = gdf.metric.iloc[0]

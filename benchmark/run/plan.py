@@ -46,3 +46,21 @@ def dry_run_lines(runner: Any) -> list[str]:
                  + (f", {unknown} not: '?'" if unknown else "") + f"); {eta.text()}")
     lines.append(f"estimates: this folder's finished work, else ratios of {eta.estimator.ratios.source}")
     return lines
+
+
+def repairable(method_names: list[str], create: Any) -> list[str]:
+    """The methods of ``method_names`` whose masks ``--repair`` repairs: those whose prune-only result is a plain
+    mask on the base weights (``HeadPruner.own_repair`` is None); ``create(name)`` builds a run's pruner."""
+    return [name for name in method_names if create(name).own_repair() is None]
+
+
+def repair_skips(method_names: list[str], create: Any) -> list[str]:
+    """One line per method that ``--repair`` skips, saying why and how to run its selection alone."""
+    lines = []
+    for name in method_names:
+        method = create(name)
+        if method.own_repair() is not None:
+            alone = method.selection_alone()
+            lines.append(f"--repair: {name} is skipped: it applies its own repair ({method.own_repair()}) to its "
+                         f"mask" + (f"; its selection alone is {alone}" if alone else ""))
+    return lines

@@ -31,7 +31,7 @@ from headprune_bench.benchmark.execution.resolve import bf16_warning, resolve_ex
 from headprune_bench.benchmark.execution.stopping import Running, StopRequest, starts_after_stop, stop_between_cells
 from headprune_bench.benchmark.execution.time_limit import MachineTimes, TimeLimit
 from headprune_bench.benchmark.provenance import data_hashes, git_state, library_versions, now_utc, quiet_libraries
-from headprune_bench.benchmark.run.plan import make_eta
+from headprune_bench.benchmark.run.plan import make_eta, repair_skips, repairable
 from headprune_bench.benchmark.store.claims import Claims
 from headprune_bench.benchmark.store.folder import BASE_DIR, check_run_json, save_base_model
 from headprune_bench.benchmark.store.jsonl import REJECTED, RecordStore, file_lock
@@ -202,7 +202,7 @@ class Runner:
     def planned_cells(self) -> list[CellKey]:
         """The key of every cell of this run, in execution order."""
         conditions = [PRUNE_ONLY] + ([RECOVER] if self.cfg.recover else [])
-        cells = []
+        cells, fixable = [], set(repairable(self.method_names, self._create))
         for spec in self.task_specs:
             for seed in self.cfg.seeds:
                 cells.append(self.work.cell_key(spec.name, seed, ORIGINAL, PRUNE_ONLY))
@@ -210,29 +210,15 @@ class Runner:
                     cells.append(self.work.cell_key(spec.name, seed, ORIGINAL, CONTROL))
                 for name in self.method_names:
                     own = [OWN] if self._create(name).changes_weights() else []
-                    repaired = [repair_condition(r) for r in self.cfg.repairs] if name in self.repairable() else []
+                    repaired = [repair_condition(r) for r in self.cfg.repairs] if name in fixable else []
                     for level in self.work.levels_of(name):
                         for cond in conditions + repaired + own:
                             cells.append(self.work.cell_key(spec.name, seed, name, cond, level))
         return cells
 
-    def repairable(self) -> list[str]:
-        """The run's methods whose masks ``--repair`` repairs: those whose prune-only result is a plain mask on the
-        base weights (``HeadPruner.own_repair`` is None)."""
-        return [name for name in self.method_names if self._create(name).own_repair() is None]
-
     def repair_skips(self) -> list[str]:
-        """One line per method that ``--repair`` skips, saying why (empty without ``--repair``)."""
-        if not self.cfg.repairs:
-            return []
-        lines = []
-        for name in self.method_names:
-            if name not in self.repairable():
-                method = self._create(name)
-                alone = method.selection_alone()
-                lines.append(f"--repair: {name} is skipped: it applies its own repair ({method.own_repair()}) to its "
-                             f"mask" + (f"; its selection alone is {alone}" if alone else ""))
-        return lines
+        """The lines saying which methods ``--repair`` skips (:func:`~benchmark.run.plan.repair_skips`)."""
+        return repair_skips(self.method_names, self._create) if self.cfg.repairs else []
 
     def _key(self, task: str, seed: int, method: str, condition: str, level: str | None = None) -> str:
         """The key of a planned cell (:meth:`CellWork.key <headprune_bench.benchmark.cells.work.CellWork.key>`)."""

@@ -11,10 +11,10 @@ import torch
 from headprune_bench.methods.base import check_head_scales
 from headprune_bench.methods.conformance import (
     FAMILIES,
-    _state,
     check_option_constraints,
     collate,
     masked_logits,
+    model_state,
     synthetic_context,
     synthetic_split,
     tiny_model,
@@ -83,7 +83,7 @@ def check_repair(repair: type[Repair] | str, seed: int = 0, family: str = "bert"
     for run in range(2):
         model = tiny_model(seed=seed, family=family).eval()
         mask = test_mask(model.config.num_hidden_layers, model.config.num_attention_heads)
-        before = _state(model)
+        before = model_state(model)
         context = repair_context(model, seed)
         if not cls.needs_calibration:
             context.batches = []
@@ -91,7 +91,7 @@ def check_repair(repair: type[Repair] | str, seed: int = 0, family: str = "bert"
         result = cls(**options).repair(model, mask.clone(), context)
         assert isinstance(result, RepairResult), f"repair() returned {type(result).__name__}, not RepairResult"
         json.dumps(result.trace)
-        after = _state(model)
+        after = model_state(model)
         changed = [k for k in before if not torch.equal(before[k], after[k])]
         assert not changed, f"repair '{cls.name}' changed the model it was given: {changed[:3]}"
         assert (result.model is not None) == cls.retrains, (
