@@ -596,6 +596,7 @@ def test_a_sweep_on_ray_shares_the_score_pass_and_equals_the_serial_sweep(ray_ad
             assert source is None, key
 
 
+@pytest.mark.slow
 def test_repair_cells_on_ray_wait_for_their_mask_and_equal_the_serial_run(ray_address, glue_dir, tmp_path):
     """``--repair`` on Ray: each prune+REPAIR cell waits for its method's prune-only cell, takes its mask and gives
     the serial run's record (the calibration sample and the repairs are deterministic)."""
